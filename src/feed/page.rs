@@ -1,0 +1,1 @@
+//! Paging (placeholder).
