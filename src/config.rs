@@ -1,1 +1,274 @@
-//! Configuration (placeholder).
+//! The TOML configuration: parsed with serde (unknown keys are errors, so a typo never goes
+//! unnoticed), then validated into values the rest of the program can trust.
+
+use crate::feed::Order;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Bare JIDs that may publish anywhere and, with `autocreate`, create feeds.
+    #[serde(default)]
+    pub admins: Vec<String>,
+    /// Whether an admin's publish to an unknown feed creates it.
+    #[serde(default)]
+    pub autocreate: bool,
+    pub component: ComponentConfig,
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub feeds: Vec<FeedConfig>,
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentConfig {
+    /// The component's domain, e.g. `feeds.localhost`.
+    pub jid: String,
+    /// The shared secret; `SMARTFEEDS_SECRET` overrides it. Never logged.
+    #[serde(default)]
+    pub secret: String,
+    /// The server's component port, `host:port`.
+    #[serde(default = "default_server")]
+    pub server: String,
+}
+
+impl std::fmt::Debug for ComponentConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComponentConfig")
+            .field("jid", &self.jid)
+            .field("secret", &"<redacted>")
+            .field("server", &self.server)
+            .finish()
+    }
+}
+
+fn default_server() -> String {
+    "127.0.0.1:5347".into()
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The SQLite file, created with its schema on first start.
+    #[serde(default = "default_db")]
+    pub path: PathBuf,
+}
+
+fn default_db() -> PathBuf {
+    "smartfeeds.db".into()
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig { path: default_db() }
+    }
+}
+
+/// Bounds on what one request may ask for.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Items in a page when the request gives no `max`.
+    pub default_page: u64,
+    /// The largest page served; larger `max` values are clamped to it.
+    pub max_page: u64,
+    /// The largest Atom entry accepted, in bytes of XML.
+    pub max_payload_bytes: usize,
+    /// The most `<item id/>`s one request may name.
+    pub max_ids: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { default_page: 50, max_page: 500, max_payload_bytes: 65536, max_ids: 500 }
+    }
+}
+
+/// Who may read a feed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    /// Anyone may pull and subscribe.
+    #[default]
+    Open,
+    /// Only `allowed` JIDs (plus publishers and admins).
+    Whitelist,
+}
+
+/// One `[[feeds]]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedConfig {
+    pub name: String,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Bare JIDs that may publish and retract in this feed.
+    #[serde(default)]
+    pub publishers: Vec<String>,
+    /// `created`, `-created`, `modified` or `-modified`; `-created` when absent.
+    #[serde(default)]
+    pub default_order: Option<String>,
+    #[serde(default)]
+    pub access: Access,
+    /// For `whitelist` feeds: bare JIDs, or `*@domain` for a whole domain.
+    #[serde(default)]
+    pub allowed: Vec<String>,
+}
+
+/// Why a configuration cannot be used. The message says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {err}")]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("{path}: {err}")]
+    Toml { path: PathBuf, err: Box<toml::de::Error> },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads, parses, applies environment overrides and validates.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| ConfigError::Read { path: path.to_owned(), err })?;
+        let mut cfg = Config::parse(&text)
+            .map_err(|e| match e {
+                ConfigError::Toml { err, .. } => ConfigError::Toml { path: path.to_owned(), err },
+                other => other,
+            })?;
+        if let Ok(secret) = std::env::var("SMARTFEEDS_SECRET") {
+            cfg.component.secret = secret;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Parses TOML text (no environment, no validation).
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|err| ConfigError::Toml { path: PathBuf::new(), err: Box::new(err) })
+    }
+
+    /// Checks everything serde cannot: JIDs, feed names, orders, limits.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |msg: String| Err(ConfigError::Invalid(msg));
+        match jid::Jid::new(&self.component.jid) {
+            Ok(j) if j.node().is_none() && j.resource().is_none() => {}
+            _ => return bad(format!("component.jid {:?} is not a domain JID", self.component.jid)),
+        }
+        if self.component.secret.is_empty() {
+            return bad("component.secret is empty (set it, or SMARTFEEDS_SECRET)".into());
+        }
+        if self.component.server.parse::<std::net::SocketAddr>().is_err() && !self.component.server.contains(':') {
+            return bad(format!("component.server {:?} is not host:port", self.component.server));
+        }
+        for a in &self.admins {
+            check_bare_jid("admins", a)?;
+        }
+        let l = &self.limits;
+        if l.default_page == 0 || l.max_page == 0 || l.default_page > l.max_page {
+            return bad("limits: need 0 < default_page <= max_page".into());
+        }
+        if l.max_payload_bytes == 0 || l.max_ids == 0 {
+            return bad("limits: max_payload_bytes and max_ids must be positive".into());
+        }
+        let mut seen = BTreeMap::new();
+        for f in &self.feeds {
+            if !crate::feed::node::valid_feed_name(&f.name) {
+                return bad(format!("feeds: name {:?} is not a valid feed name (no ? & = # % or control characters)", f.name));
+            }
+            if seen.insert(f.name.as_str(), ()).is_some() {
+                return bad(format!("feeds: {:?} is defined twice", f.name));
+            }
+            if let Some(o) = &f.default_order
+                && Order::parse(o).is_none()
+            {
+                return bad(format!("feeds.{}: default_order {o:?} is not created, -created, modified or -modified", f.name));
+            }
+            for p in &f.publishers {
+                check_bare_jid(&format!("feeds.{}.publishers", f.name), p)?;
+            }
+            for p in &f.allowed {
+                let jid = p.strip_prefix("*@").unwrap_or(p);
+                check_bare_jid(&format!("feeds.{}.allowed", f.name), jid)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The configured feed with this name.
+    pub fn feed(&self, name: &str) -> Option<&FeedConfig> {
+        self.feeds.iter().find(|f| f.name == name)
+    }
+}
+
+impl FeedConfig {
+    /// The order of the feed's node when the name gives none.
+    pub fn order(&self) -> Order {
+        self.default_order.as_deref().and_then(Order::parse).unwrap_or(Order::NEWEST_FIRST)
+    }
+}
+
+fn check_bare_jid(what: &str, s: &str) -> Result<(), ConfigError> {
+    match jid::BareJid::new(s) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(ConfigError::Invalid(format!("{what}: {s:?} is not a bare JID ({e})"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+admins = ["admin@localhost"]
+autocreate = true
+[component]
+jid = "feeds.localhost"
+secret = "s"
+[[feeds]]
+name = "comments"
+publishers = ["bot@localhost"]
+access = "whitelist"
+allowed = ["bob@x", "*@example.net"]
+"#;
+
+    #[test]
+    fn good_config_parses_with_defaults() {
+        let c = Config::parse(GOOD).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.component.server, "127.0.0.1:5347");
+        assert_eq!(c.limits.max_page, 500);
+        assert_eq!(c.feed("comments").unwrap().order(), Order::NEWEST_FIRST);
+        assert_eq!(c.feed("comments").unwrap().access, Access::Whitelist);
+        assert!(!format!("{:?}", c.component).contains("\"s\""), "secret must not be printed");
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let err = Config::parse(&GOOD.replace("autocreate", "autocreat")).unwrap_err().to_string();
+        assert!(err.contains("autocreat") && err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_say_what_to_fix() {
+        let cases = [
+            (GOOD.replace("feeds.localhost", "a@b/c"), "component.jid"),
+            (GOOD.replace("\"bot@localhost\"", "\"bot@@x\""), "publishers"),
+            (GOOD.replace("name = \"comments\"", "name = \"a?b\""), "valid feed name"),
+            (GOOD.replace("access = \"whitelist\"", "default_order = \"up\""), "default_order"),
+            (GOOD.replace("secret = \"s\"", "secret = \"\""), "secret"),
+        ];
+        for (text, needle) in cases {
+            let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err().to_string();
+            assert!(err.contains(needle), "{err} should mention {needle}");
+        }
+    }
+}

@@ -1,1 +1,190 @@
-//! Paging (placeholder).
+//! Cutting a page out of a view, with XEP-0059 semantics over T+O+C cursors.
+//!
+//! Everything here works on keys in ascending order through [`ReadTx`]; a descending view
+//! swaps which bound `after` and `before` set. Positions become *exclusive* key bounds:
+//! a cursor or id is the item's own key, a time is the first or last key at that time, which
+//! makes `time:` specs inclusive as the protocol wants.
+
+use super::cursor::Cursor;
+use super::error::FeedError;
+use super::item::{Item, Key};
+use super::node::View;
+use super::position::Position;
+use crate::store::{FeedRow, ReadTx, Scope};
+
+/// How many same-time items a cursor checksum may cover. A cursor claiming more is treated
+/// like one whose checksum failed (a time fallback), which is always safe.
+const MAX_TIES: usize = 1_000_000;
+
+/// Where a page starts or ends, as the client asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Anchor {
+    /// Start the page at this view index.
+    Index(u64),
+    /// Items after this position (and before `before`, if given).
+    After(Position),
+}
+
+/// A request for one page, positions already parsed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PageRequest {
+    /// Items wanted; 0 asks for the count only.
+    pub max: usize,
+    pub start: Option<Anchor>,
+    /// `Some(None)`: the last page (an empty `<before/>`); `Some(Some(p))`: items before p.
+    pub before: Option<Option<Position>>,
+}
+
+/// A page of a view, in view order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Page {
+    pub items: Vec<Item>,
+    /// The view index of the first item.
+    pub first_index: Option<u64>,
+    pub first: Option<Cursor>,
+    pub last: Option<Cursor>,
+    /// Items in the whole view.
+    pub count: u64,
+}
+
+/// The scope a view reads: its feed, order and filter, without direction.
+pub fn scope<'a>(feed: &FeedRow, view: &'a View) -> Scope<'a> {
+    Scope { feed: feed.id, by: view.order.by, filter: &view.filter }
+}
+
+/// The cursor of an item in a scope.
+pub fn cursor_of(tx: &dyn ReadTx, scope: Scope<'_>, key: Key) -> Result<Cursor, FeedError> {
+    let ids = tx.ties(scope, key.t, key.seq, MAX_TIES)?;
+    Ok(Cursor::of(key.t, ids.iter().map(String::as_str)))
+}
+
+/// Which side of a position a bound is for, in view order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    After,
+    Before,
+}
+
+/// Turns a position into an exclusive key bound for `side` of a view.
+fn bound(tx: &dyn ReadTx, feed: &FeedRow, view: &View, pos: &Position, side: Side) -> Result<Key, FeedError> {
+    let scope = scope(feed, view);
+    let time = |t: i64| {
+        // Inclusive in view order: "after T" in an ascending view starts at the first key of
+        // T; in a descending view it ends at the last key of T. "before" mirrors that.
+        if (side == Side::After) != view.order.descending { Key::start_of(t) } else { Key::end_of(t) }
+    };
+    match pos {
+        Position::Time(t) => Ok(time(*t)),
+        Position::Id(id) => match tx.item(feed.id, id)? {
+            Some(item) => Ok(item.key(view.order.by)),
+            None => Err(FeedError::ItemNotFound(id.clone())),
+        },
+        Position::Cursor(c) => {
+            let want = usize::try_from(c.o).unwrap_or(usize::MAX).saturating_add(1);
+            if want > MAX_TIES {
+                return Ok(time(c.t));
+            }
+            let ids = tx.ties(scope, c.t, i64::MAX, want)?;
+            if !c.verify(ids.iter().map(String::as_str)) {
+                return Ok(time(c.t));
+            }
+            match tx.item(feed.id, &ids[want - 1])? {
+                Some(item) => Ok(item.key(view.order.by)),
+                None => Ok(time(c.t)),
+            }
+        }
+    }
+}
+
+/// Cuts the page `req` asks for out of `view`.
+pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> Result<Page, FeedError> {
+    let scope = scope(feed, view);
+    let desc = view.order.descending;
+    let count = tx.count(scope)?;
+    let mut out = Page { count, ..Page::default() };
+    // Bounds in view order, then mapped onto ascending keys.
+    let mut after: Option<Key> = None;
+    let mut before: Option<Key> = None;
+    match &req.start {
+        Some(Anchor::Index(i)) => {
+            if *i >= count {
+                return Ok(out);
+            }
+            let asc_index = if desc { count - 1 - i } else { *i };
+            let Some(k) = tx.nth(scope, asc_index)? else { return Ok(out) };
+            // Just outside the item, on the side the page starts from.
+            after = Some(if desc { Key { t: k.t, seq: k.seq.saturating_add(1) } } else { Key { t: k.t, seq: k.seq.saturating_sub(1) } });
+        }
+        Some(Anchor::After(p)) => after = Some(bound(tx, feed, view, p, Side::After)?),
+        None => {}
+    }
+    if let Some(Some(p)) = &req.before {
+        before = Some(bound(tx, feed, view, p, Side::Before)?);
+    }
+    // Only `before` given: the page ends at it (or at the end) and is read backwards.
+    let backwards = req.before.is_some() && req.start.is_none();
+    if req.max == 0 {
+        return Ok(out);
+    }
+    let (lo, hi) = if desc { (before, after) } else { (after, before) };
+    // Walking forward in a descending view is walking down the keys, and so on.
+    let scan_descending = desc != backwards;
+    if let (Some(l), Some(h)) = (lo, hi)
+        && l >= h
+    {
+        return Ok(out);
+    }
+    let mut items = tx.scan(scope, lo, hi, scan_descending, req.max)?;
+    if backwards {
+        items.reverse();
+    }
+    finish(tx, scope, view, items, &mut out)?;
+    Ok(out)
+}
+
+/// The `n` items of the view with the latest times, in view order.
+pub fn most_recent(tx: &dyn ReadTx, feed: &FeedRow, view: &View, n: usize) -> Result<Page, FeedError> {
+    let scope = scope(feed, view);
+    let mut out = Page { count: tx.count(scope)?, ..Page::default() };
+    let mut items = tx.scan(scope, None, None, true, n)?;
+    if !view.order.descending {
+        items.reverse();
+    }
+    finish(tx, scope, view, items, &mut out)?;
+    Ok(out)
+}
+
+/// The items with these ids that belong to the view, in view order.
+pub fn by_ids(tx: &dyn ReadTx, feed: &FeedRow, view: &View, ids: &[String]) -> Result<Page, FeedError> {
+    let scope = scope(feed, view);
+    let mut items = Vec::new();
+    for id in ids {
+        if let Some(item) = tx.item(feed.id, id)?
+            && view.filter.matches(item.author.as_deref(), &item.categories)
+            && !items.iter().any(|i: &Item| i.id == item.id)
+        {
+            items.push(item);
+        }
+    }
+    items.sort_by_key(|i| i.key(view.order.by));
+    if view.order.descending {
+        items.reverse();
+    }
+    let mut out = Page { count: tx.count(scope)?, ..Page::default() };
+    finish(tx, scope, view, items, &mut out)?;
+    Ok(out)
+}
+
+/// Fills in the first index and the first and last cursors of a page.
+fn finish(tx: &dyn ReadTx, scope: Scope<'_>, view: &View, items: Vec<Item>, out: &mut Page) -> Result<(), FeedError> {
+    if let (Some(first), Some(last)) = (items.first(), items.last()) {
+        let (fk, lk) = (first.key(view.order.by), last.key(view.order.by));
+        let rank = tx.rank(scope, fk)?;
+        out.first_index = Some(if view.order.descending { out.count.saturating_sub(rank + 1) } else { rank });
+        let first_cursor = cursor_of(tx, scope, fk)?;
+        out.first = Some(first_cursor);
+        out.last = Some(if lk == fk { first_cursor } else { cursor_of(tx, scope, lk)? });
+    }
+    out.items = items;
+    Ok(())
+}
