@@ -137,13 +137,11 @@ pub enum ConfigError {
 impl Config {
     /// Reads, parses, applies environment overrides and validates.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|err| ConfigError::Read { path: path.to_owned(), err })?;
-        let mut cfg = Config::parse(&text)
-            .map_err(|e| match e {
-                ConfigError::Toml { err, .. } => ConfigError::Toml { path: path.to_owned(), err },
-                other => other,
-            })?;
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read { path: path.to_owned(), err })?;
+        let mut cfg = Config::parse(&text).map_err(|e| match e {
+            ConfigError::Toml { err, .. } => ConfigError::Toml { path: path.to_owned(), err },
+            other => other,
+        })?;
         if let Ok(secret) = std::env::var("SMARTFEEDS_SECRET") {
             cfg.component.secret = secret;
         }
@@ -182,7 +180,10 @@ impl Config {
         let mut seen = BTreeMap::new();
         for f in &self.feeds {
             if !crate::feed::node::valid_feed_name(&f.name) {
-                return bad(format!("feeds: name {:?} is not a valid feed name (no ? & = # % or control characters)", f.name));
+                return bad(format!(
+                    "feeds: name {:?} is not a valid feed name (no ? & = # % or control characters)",
+                    f.name
+                ));
             }
             if seen.insert(f.name.as_str(), ()).is_some() {
                 return bad(format!("feeds: {:?} is defined twice", f.name));
@@ -190,7 +191,10 @@ impl Config {
             if let Some(o) = &f.default_order
                 && Order::parse(o).is_none()
             {
-                return bad(format!("feeds.{}: default_order {o:?} is not created, -created, modified or -modified", f.name));
+                return bad(format!(
+                    "feeds.{}: default_order {o:?} is not created, -created, modified or -modified",
+                    f.name
+                ));
             }
             for p in &f.publishers {
                 check_bare_jid(&format!("feeds.{}.publishers", f.name), p)?;

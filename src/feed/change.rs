@@ -34,6 +34,5 @@ pub struct ViewChange {
 /// modified-ordered views get new items, updates and retractions; filters apply to the item
 /// as it is after the change.
 pub fn belongs(view: &View, item: &Item, created: bool) -> bool {
-    (created || view.order.by == OrderBy::Modified)
-        && view.filter.matches(item.author.as_deref(), &item.categories)
+    (created || view.order.by == OrderBy::Modified) && view.filter.matches(item.author.as_deref(), &item.categories)
 }

@@ -111,17 +111,8 @@ pub enum NodeError {
 pub const MAX_FEED_NAME: usize = 256;
 
 /// What must be percent-encoded in a canonical parameter value.
-const VALUE_SET: &AsciiSet = &CONTROLS
-    .add(b' ')
-    .add(b'%')
-    .add(b'&')
-    .add(b'=')
-    .add(b'+')
-    .add(b'#')
-    .add(b'?')
-    .add(b'"')
-    .add(b'<')
-    .add(b'>');
+const VALUE_SET: &AsciiSet =
+    &CONTROLS.add(b' ').add(b'%').add(b'&').add(b'=').add(b'+').add(b'#').add(b'?').add(b'"').add(b'<').add(b'>');
 
 fn decode(raw: &str, what: &str) -> Result<String, NodeError> {
     let plus_as_space = raw.replace('+', " ");

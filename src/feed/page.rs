@@ -113,7 +113,11 @@ pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> 
             let asc_index = if desc { count - 1 - i } else { *i };
             let Some(k) = tx.nth(scope, asc_index)? else { return Ok(out) };
             // Just outside the item, on the side the page starts from.
-            after = Some(if desc { Key { t: k.t, seq: k.seq.saturating_add(1) } } else { Key { t: k.t, seq: k.seq.saturating_sub(1) } });
+            after = Some(if desc {
+                Key { t: k.t, seq: k.seq.saturating_add(1) }
+            } else {
+                Key { t: k.t, seq: k.seq.saturating_sub(1) }
+            });
         }
         Some(Anchor::After(p)) => after = Some(bound(tx, feed, view, p, Side::After)?),
         None => {}

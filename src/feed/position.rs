@@ -54,9 +54,7 @@ impl Position {
 
 /// Formats Unix milliseconds as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(ms: i64) -> String {
-    DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    DateTime::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 #[cfg(test)]

@@ -186,7 +186,13 @@ impl<S: Store> Service<S> {
     }
 
     /// Publishes a new item or updates an existing one; returns its id once durable.
-    pub async fn publish(&self, actor: &str, node: &str, id: Option<String>, entry: Entry) -> Result<String, FeedError> {
+    pub async fn publish(
+        &self,
+        actor: &str,
+        node: &str,
+        id: Option<String>,
+        entry: Entry,
+    ) -> Result<String, FeedError> {
         let feed_name = self.publish_target(actor, node)?;
         let limit = self.config.limits.max_payload_bytes;
         if entry.xml.len() > limit {
@@ -252,7 +258,10 @@ impl<S: Store> Service<S> {
                 feed.last_mseq += 1;
                 let item = Item {
                     modified: Key { t, seq: feed.last_mseq },
-                    payload: Payload::Tombstone { atom_ref: old.atom_id.clone().unwrap_or_else(|| id.clone()), when: t },
+                    payload: Payload::Tombstone {
+                        atom_ref: old.atom_id.clone().unwrap_or_else(|| id.clone()),
+                        when: t,
+                    },
                     ..old.clone()
                 };
                 commit_change(tx, &mut feed, Some(old), item, &config)
@@ -299,8 +308,14 @@ impl<S: Store> Service<S> {
         let (canonical, jid, node) = (view.canonical(), jid.to_string(), node.to_string());
         self.store
             .write(move |tx| {
-                let feed = tx.feed(&view.feed)?.ok_or_else(|| FeedError::NodeNotFound(format!("no such feed: {}", view.feed)))?;
-                if tx.delete_subscription(feed.id, &canonical, &jid)? { Ok(()) } else { Err(FeedError::NotSubscribed(node)) }
+                let feed = tx
+                    .feed(&view.feed)?
+                    .ok_or_else(|| FeedError::NodeNotFound(format!("no such feed: {}", view.feed)))?;
+                if tx.delete_subscription(feed.id, &canonical, &jid)? {
+                    Ok(())
+                } else {
+                    Err(FeedError::NotSubscribed(node))
+                }
             })
             .await
     }
@@ -323,10 +338,8 @@ impl<S: Store> Service<S> {
     pub async fn node_info(&self, actor: &str, node: &str) -> Result<NodeInfo, FeedError> {
         let (feed, view) = self.readable(actor, node).await?;
         let policy = self.policy(&feed.name);
-        let (count, subscribers) = self
-            .store
-            .read(move |tx| Ok((tx.count(scope(&feed, &view))?, tx.subscription_count(feed.id)?)))
-            .await?;
+        let (count, subscribers) =
+            self.store.read(move |tx| Ok((tx.count(scope(&feed, &view))?, tx.subscription_count(feed.id)?))).await?;
         Ok(NodeInfo {
             title: policy.title.unwrap_or_else(|| policy.name.clone()),
             description: policy.description.unwrap_or_default(),
@@ -348,7 +361,10 @@ impl<S: Store> Service<S> {
                 cursor = Some(f.name.clone());
                 let policy = self.policy(&f.name);
                 if self.may(actor, Action::Read, &policy).is_ok() {
-                    out.push(FeedSummary { title: policy.title.clone().unwrap_or_else(|| f.name.clone()), name: f.name });
+                    out.push(FeedSummary {
+                        title: policy.title.clone().unwrap_or_else(|| f.name.clone()),
+                        name: f.name,
+                    });
                     if out.len() == max {
                         return Ok(out);
                     }
@@ -362,7 +378,13 @@ impl<S: Store> Service<S> {
 }
 
 /// Stores an item's new version and emits what every subscribed view saw of it.
-fn commit_change(tx: &mut dyn WriteTx, feed: &mut FeedRow, old: Option<Item>, item: Item, config: &Config) -> Result<(), FeedError> {
+fn commit_change(
+    tx: &mut dyn WriteTx,
+    feed: &mut FeedRow,
+    old: Option<Item>,
+    item: Item,
+    config: &Config,
+) -> Result<(), FeedError> {
     let created = old.is_none();
     let default_order = config.feed(&feed.name).map_or(Order::NEWEST_FIRST, FeedConfig::order);
     let views: Vec<View> = tx
@@ -410,7 +432,9 @@ pub fn bare(jid: &str) -> &str {
 
 fn check_item_id(id: String) -> Result<String, FeedError> {
     if id.is_empty() || id.len() > MAX_ITEM_ID || id.chars().any(char::is_control) {
-        return Err(FeedError::BadRequest(format!("item ids must be 1 to {MAX_ITEM_ID} bytes without control characters")));
+        return Err(FeedError::BadRequest(format!(
+            "item ids must be 1 to {MAX_ITEM_ID} bytes without control characters"
+        )));
     }
     Ok(id)
 }
