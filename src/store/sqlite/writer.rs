@@ -1,0 +1,199 @@
+//! The writer thread and its group commit.
+//!
+//! One thread owns the write connection. It blocks for a job, then takes whatever else is
+//! already queued (up to [`MAX_BATCH`]), and runs them all in one `BEGIN IMMEDIATE` …
+//! `COMMIT`: one fsync for the whole batch, which is what makes many concurrent durable
+//! writes fast. Each closure runs inside its own savepoint, so one that fails (or panics)
+//! is rolled back alone. After the commit the batch's changes go to the [`ChangeSink`] in one
+//! call, in order, and only then is every caller answered: an answer always means "durable".
+
+use super::read::SqlTx;
+use crate::feed::FeedError;
+use crate::store::{ChangeSink, StoreError, WriteTx};
+use rusqlite::Connection;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use tokio::sync::oneshot;
+
+/// The most jobs one transaction takes. Bounds the latency a batch adds to its first caller
+/// and the memory its changes hold; at this size the fsync is long amortised.
+pub(crate) const MAX_BATCH: usize = 1024;
+
+/// What the writer thread is asked to do.
+pub(crate) enum Job {
+    Write(Box<dyn WriteJob>),
+    /// A read on the write connection: only for in-memory stores, which have no other.
+    Read(Box<dyn FnOnce(&Connection) + Send>),
+}
+
+/// A write closure and its caller, with the types erased.
+pub(crate) trait WriteJob: Send {
+    /// Runs the closure (at most once); whether it succeeded.
+    fn run(&mut self, tx: &mut SqlTx<'_>) -> bool;
+    /// Answers the caller once the batch's fate is known.
+    fn answer(self: Box<Self>, batch: Result<(), StoreError>);
+}
+
+/// The error a caller gets when its closure panicked: the panic itself goes to the log.
+pub(crate) fn internal() -> FeedError {
+    FeedError::Store(StoreError::Backend("internal error".into()))
+}
+
+/// A typed write closure awaiting its turn, then its answer.
+pub(crate) struct Pending<T, F> {
+    f: Option<F>,
+    result: Option<Result<T, FeedError>>,
+    reply: oneshot::Sender<Result<T, FeedError>>,
+}
+
+impl<T, F> Pending<T, F> {
+    pub(crate) fn new(f: F, reply: oneshot::Sender<Result<T, FeedError>>) -> Pending<T, F> {
+        Pending { f: Some(f), result: None, reply }
+    }
+}
+
+impl<T, F> WriteJob for Pending<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
+{
+    fn run(&mut self, tx: &mut SqlTx<'_>) -> bool {
+        let Some(f) = self.f.take() else { return false };
+        // AssertUnwindSafe: after a panic the closure's state is dropped unused and its
+        // statements are undone by the savepoint; nothing it touched is observed again.
+        let result = catch_unwind(AssertUnwindSafe(|| f(tx))).unwrap_or_else(|_| {
+            tracing::error!("a store write closure panicked; its savepoint is rolled back");
+            Err(internal())
+        });
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn answer(self: Box<Self>, batch: Result<(), StoreError>) {
+        let out = match (self.result, batch) {
+            // A closure's own error wins: it was rolled back whatever the batch did.
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(v)), Ok(())) => Ok(v),
+            (_, Err(e)) => Err(e.into()),
+            (None, Ok(())) => Err(internal()),
+        };
+        // The caller may have stopped waiting; the write stands either way.
+        let _ = self.reply.send(out);
+    }
+}
+
+/// The writer's counters, shared with [`super::SqliteStore::stats`].
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) commits: AtomicU64,
+    pub(crate) writes: AtomicU64,
+    pub(crate) failed_writes: AtomicU64,
+    pub(crate) max_batch: AtomicU64,
+}
+
+pub(crate) struct Writer {
+    pub(crate) conn: Connection,
+    pub(crate) jobs: Receiver<Job>,
+    pub(crate) sink: Option<ChangeSink>,
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl Writer {
+    /// Serves jobs until every sender is gone and the queue is empty: queued work is always
+    /// finished, which is what a graceful shutdown relies on.
+    pub(crate) fn run(mut self) {
+        while let Ok(first) = self.jobs.recv() {
+            let mut writes = Vec::new();
+            let mut reads = Vec::new();
+            let mut next = Some(first);
+            while let Some(job) = next.take() {
+                match job {
+                    Job::Write(w) => writes.push(w),
+                    Job::Read(r) => reads.push(r),
+                }
+                if writes.len() + reads.len() < MAX_BATCH {
+                    next = self.jobs.try_recv().ok();
+                }
+            }
+            if !writes.is_empty() {
+                self.commit_batch(writes);
+            }
+            for read in reads {
+                read(&self.conn);
+            }
+        }
+    }
+
+    fn commit_batch(&mut self, mut jobs: Vec<Box<dyn WriteJob>>) {
+        let conn = &self.conn;
+        let n = jobs.len() as u64;
+        self.counters.max_batch.fetch_max(n, Ordering::Relaxed);
+        let mut changes = Vec::new();
+        let mut succeeded = 0u64;
+        let mut aborted: Option<StoreError> = conn.execute_batch("BEGIN IMMEDIATE").err().map(Into::into);
+        if aborted.is_none() {
+            for job in jobs.iter_mut() {
+                if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+                    aborted = Some(e.into());
+                    break;
+                }
+                let mut tx = SqlTx::new(conn);
+                let ok = job.run(&mut tx);
+                let emitted = std::mem::take(&mut tx.changes);
+                // Some errors (disk full, I/O) make SQLite roll the whole transaction back
+                // by itself: then the earlier closures' work is gone too, and the batch fails.
+                if conn.is_autocommit() {
+                    aborted = Some(StoreError::Backend("the write transaction was rolled back by SQLite".into()));
+                    break;
+                }
+                let end = if ok {
+                    conn.execute_batch("RELEASE job")
+                } else {
+                    conn.execute_batch("ROLLBACK TO job; RELEASE job")
+                };
+                if let Err(e) = end {
+                    aborted = Some(e.into());
+                    break;
+                }
+                if ok {
+                    succeeded += 1;
+                    changes.extend(emitted);
+                }
+            }
+        }
+        let outcome = match aborted {
+            Some(e) => Err(e),
+            None => conn.execute_batch("COMMIT").map_err(StoreError::from),
+        };
+        if outcome.is_err() && !conn.is_autocommit() {
+            // A failed COMMIT (e.g. busy) leaves the transaction open: end it, or the next
+            // batch's BEGIN would fail too.
+            if let Err(e) = conn.execute_batch("ROLLBACK") {
+                tracing::error!(error = %e, "rollback after a failed batch failed");
+            }
+        }
+        match &outcome {
+            Ok(()) => {
+                self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                self.counters.writes.fetch_add(succeeded, Ordering::Relaxed);
+                self.counters.failed_writes.fetch_add(n - succeeded, Ordering::Relaxed);
+                if !changes.is_empty()
+                    && let Some(sink) = self.sink.as_mut()
+                    && catch_unwind(AssertUnwindSafe(|| sink(changes))).is_err()
+                {
+                    tracing::error!("the change sink panicked; the writer carries on");
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, jobs = n, "a write batch failed; all its callers get an error");
+                self.counters.failed_writes.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        for job in jobs {
+            job.answer(outcome.clone());
+        }
+    }
+}
