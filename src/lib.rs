@@ -11,6 +11,8 @@
 //!   commit. The only module that speaks SQL.
 //! - [`config`]: the TOML configuration, validated with messages a human can act on.
 
+pub mod app;
 pub mod config;
 pub mod feed;
+pub mod logging;
 pub mod store;
