@@ -49,8 +49,13 @@ struct Model {
 }
 
 impl Model {
-    fn stamp(&mut self, now: i64) -> (i64, u64) {
+    /// The next modification stamp; an item modified again in the same millisecond moves
+    /// one millisecond on (`prev`: its current modified time).
+    fn stamp(&mut self, now: i64, prev: Option<i64>) -> (i64, u64) {
         self.last_t = self.last_t.max(now);
+        if prev == Some(self.last_t) {
+            self.last_t += 1;
+        }
         self.seq += 1;
         (self.last_t, self.seq)
     }
@@ -125,7 +130,7 @@ impl World {
             Op::Publish { author: a, cats: c } => {
                 let id = format!("i{n}");
                 self.publish(&id, a, c);
-                let stamp = self.model.stamp(now);
+                let stamp = self.model.stamp(now, None);
                 let created = (stamp.0, n as u64);
                 self.model.items.push(ModelItem {
                     id,
@@ -139,7 +144,7 @@ impl World {
             Op::Update { which, author: a, cats: c } if n > 0 => {
                 let id = self.model.items[which % n].id.clone();
                 self.publish(&id, a, c);
-                let stamp = self.model.stamp(now);
+                let stamp = self.model.stamp(now, Some(self.model.items[which % n].modified.0));
                 let item = &mut self.model.items[which % n];
                 item.modified = stamp;
                 item.deleted = false;
@@ -150,7 +155,7 @@ impl World {
                 let id = self.model.items[which % n].id.clone();
                 self.rt.block_on(self.svc.retract(ADMIN, "f", id)).unwrap();
                 if !self.model.items[which % n].deleted {
-                    let stamp = self.model.stamp(now);
+                    let stamp = self.model.stamp(now, Some(self.model.items[which % n].modified.0));
                     let item = &mut self.model.items[which % n];
                     item.modified = stamp;
                     item.deleted = true;
@@ -229,6 +234,25 @@ proptest! {
             let want: Vec<String> = w.model.view(&v).into_iter().map(|(id, _)| id).collect();
             prop_assert_eq!(walk(&w, &v, max, true), want.clone(), "forward {}", v.canonical());
             prop_assert_eq!(walk(&w, &v, max, false), want.clone(), "backward {}", v.canonical());
+            // time: specs are inclusive, in view order, both ways.
+            let keyed = w.model.view(&v);
+            for (_, (t, _)) in keyed.iter().step_by(3) {
+                let spec = format!("time:{}", smartfeeds::feed::position::rfc3339(*t));
+                let later = |k: i64| if v.order.descending { k <= *t } else { k >= *t };
+                let want_after: Vec<String> = keyed.iter().filter(|(_, k)| later(k.0)).map(|(id, _)| id.clone()).collect();
+                let want_before: Vec<String> =
+                    keyed.iter().filter(|(_, k)| k.0 == *t || !later(k.0)).map(|(id, _)| id.clone()).collect();
+                prop_assert_eq!(ids(&w.pull(&v.canonical(), 1000, Some(spec.clone()), None, None)), want_after);
+                prop_assert_eq!(ids(&w.pull(&v.canonical(), 1000, None, Some(spec), None)), want_before);
+            }
+            // max_items: the n items with the latest times, in view order.
+            let n = max as usize;
+            let mut latest = keyed.clone();
+            latest.sort_by_key(|(_, k)| std::cmp::Reverse(*k));
+            latest.truncate(n);
+            let want_latest: Vec<String> = keyed.iter().filter(|x| latest.contains(x)).map(|(id, _)| id.clone()).collect();
+            let req = PullRequest { node: v.canonical(), max_items: Some(max), ..Default::default() };
+            prop_assert_eq!(ids(&w.rt.block_on(w.svc.pull(ADMIN, req)).unwrap()), want_latest);
             // index paging lands on the same items.
             for i in (0..want.len() + 1).step_by(max as usize) {
                 let p = w.pull(&v.canonical(), max, None, None, Some(i as u64));

@@ -213,15 +213,12 @@ impl<S: Store> Service<S> {
                     None => return Err(FeedError::NodeNotFound(format!("no such feed: {feed_name}"))),
                 };
                 let old = tx.item(feed.id, &id)?;
-                let t = feed.last_t.max(now);
-                feed.last_t = t;
-                feed.last_mseq += 1;
-                let modified = Key { t, seq: feed.last_mseq };
+                let modified = next_modified(&mut feed, old.as_ref(), now);
                 let created = match &old {
                     Some(o) => o.created,
                     None => {
                         feed.items += 1;
-                        Key { t, seq: feed.items as i64 }
+                        Key { t: modified.t, seq: feed.items as i64 }
                     }
                 };
                 let item = Item {
@@ -253,14 +250,12 @@ impl<S: Store> Service<S> {
                 if old.is_deleted() {
                     return Ok(());
                 }
-                let t = feed.last_t.max(now);
-                feed.last_t = t;
-                feed.last_mseq += 1;
+                let modified = next_modified(&mut feed, Some(&old), now);
                 let item = Item {
-                    modified: Key { t, seq: feed.last_mseq },
+                    modified,
                     payload: Payload::Tombstone {
                         atom_ref: old.atom_id.clone().unwrap_or_else(|| id.clone()),
-                        when: t,
+                        when: modified.t,
                     },
                     ..old.clone()
                 };
@@ -414,6 +409,23 @@ fn commit_change(
     }
     tx.emit(Change { feed: feed.name.clone(), item, created, views: changes });
     Ok(())
+}
+
+/// Stamps a modification: the feed's clock never goes back, even if the wall clock does.
+///
+/// An item modified again within the same millisecond is moved one millisecond on. Without
+/// that it would keep its `T` and could keep its offset among the items at `T`, so a cursor
+/// handed out for its old version would still verify and resume *after* the new version,
+/// and a client would miss the update. With it, the item leaves `T`, the checksum of every
+/// cursor at or after it changes, and such cursors fall back to `time:T`.
+fn next_modified(feed: &mut FeedRow, old: Option<&Item>, now: i64) -> Key {
+    let mut t = feed.last_t.max(now);
+    if old.is_some_and(|o| o.modified.t == t) {
+        t += 1;
+    }
+    feed.last_t = t;
+    feed.last_mseq += 1;
+    Key { t, seq: feed.last_mseq }
 }
 
 /// The cursor of the item with the greatest key in a view, if any.
