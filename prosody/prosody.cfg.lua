@@ -1,0 +1,58 @@
+-- Prosody 0.12 configuration for smartfeeds: local demo and end-to-end tests.
+--
+-- This file is a TEMPLATE. Placeholders of the form @NAME@ are replaced before use:
+--   @C2S_PORT@        client-to-server port (demo: 5222)
+--   @COMPONENT_PORT@  XEP-0114 external component port (demo: 5347)
+--   @DATA@            absolute path of the run directory: data, pid file and log go there
+--   @SECRET@          shared secret of the feeds.localhost component (demo: "secret")
+--   @LOG_LEVEL@       minimum log level: debug, info, warn or error (demo: info)
+-- prosody/start.sh fills them in for the demo; tests/common/prosody.rs does the same for
+-- every test (free ports, temporary directory). Keep both in step with this file.
+--
+-- Everything listens on 127.0.0.1 only, without TLS: never expose this setup.
+
+run_as_root = true            -- the test containers run as root; Prosody refuses otherwise
+-- Foreground: start with `prosody -F --config FILE` (the 'daemonize' option is deprecated
+-- in 0.12 and logs a warning); the caller manages the process.
+pidfile = "@DATA@/prosody.pid"
+data_path = "@DATA@"
+certificates = "@DATA@/certs"  -- unused (no TLS); an empty directory avoids an error line
+log = {
+	{ levels = { min = "@LOG_LEVEL@" }, to = "file", filename = "@DATA@/prosody.log" };
+}
+
+admins = { "admin@localhost" }
+
+-- Keep the module set minimal: what a c2s login, presence and iq routing need.
+-- presence, message, iq, c2s (and offline) are loaded by Prosody itself.
+modules_enabled = {
+	"roster";    -- rosters; clients expect it
+	"saslauth";  -- SASL authentication (PLAIN here)
+	"disco";     -- service discovery; lists the components as disco items of localhost
+	"ping";      -- XEP-0199 replies
+	"posix";     -- pid file, run_as_root, signals
+}
+-- No server-to-server: nothing listens on 5269, so several instances can run side by side.
+modules_disabled = { "s2s"; "s2s_auth_certs"; "dialback"; "tls" }
+s2s_ports = {}
+
+interfaces = { "127.0.0.1" }
+c2s_ports = { @C2S_PORT@ }
+c2s_direct_tls_ports = {}
+component_interfaces = { "127.0.0.1" }
+component_ports = { @COMPONENT_PORT@ }
+
+-- Plain-text login over loopback.
+c2s_require_encryption = false
+allow_unencrypted_plain_auth = true
+authentication = "internal_plain"   -- accounts are @DATA@/localhost/accounts/NAME.dat
+storage = "internal"
+
+VirtualHost "localhost"
+
+-- smartfeeds connects here (XEP-0114).
+Component "feeds.localhost"
+	component_secret = "@SECRET@"
+
+-- Prosody's own pubsub service, for side-by-side comparisons with smartfeeds.
+Component "pubsub.localhost" "pubsub"
