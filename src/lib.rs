@@ -16,3 +16,4 @@ pub mod config;
 pub mod feed;
 pub mod logging;
 pub mod store;
+pub mod xmpp;

@@ -1,0 +1,8 @@
+//! The XMPP glue: stanzas in, service requests out, outcomes back into stanzas.
+//!
+//! [`payloads`] holds the XML payloads xmpp-parsers lacks or cannot parse the way we need
+//! them (the RSM-paged pubsub items query and result, the publish request with its raw item
+//! payload, XEP-0131 SHIM headers, pubsub#errors conditions) and the Atom entry inspection
+//! that turns a publish `<item>` into a [`crate::feed::Entry`].
+
+pub mod payloads;
