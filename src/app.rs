@@ -1,9 +1,137 @@
-//! Wiring: store, service, notifier and the component link, run until shutdown.
+//! Wiring: store, service, router and the component link, run until SIGTERM or ctrl-c, then
+//! shut down in order: stop taking requests, let in-flight ones finish (bounded), close the
+//! stream, exit.
 
+use crate::component::{self, Inbound, LinkConfig};
 use crate::config::Config;
+use crate::feed::service::{Service, system_clock};
+use crate::store::sqlite::SqliteStore;
+use crate::xmpp::errors::service_unavailable;
+use crate::xmpp::router::Router;
+use anyhow::Context;
+use jid::Jid;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_xmpp::Stanza;
+use xmpp_parsers::iq::Iq;
+
+/// Requests served at once; more wait for a slot (the link keeps reading meanwhile).
+const MAX_IN_FLIGHT: u32 = 256;
+/// Stanzas waiting to be written; a full queue makes handlers wait (backpressure).
+const OUTBOUND_QUEUE: usize = 8192;
+/// How long shutdown waits for in-flight requests, then for the stream to close.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Takes inbound stanzas from the link and serves each on its own task, so a slow store read
+/// never blocks the connection loop.
+struct Dispatcher {
+    router: Router<SqliteStore>,
+    /// Taken away at shutdown, so the link sees the queue close once in-flight work is done.
+    out: Mutex<Option<mpsc::Sender<Stanza>>>,
+    slots: Arc<Semaphore>,
+    closing: AtomicBool,
+}
+
+impl Dispatcher {
+    fn sender(&self) -> Option<mpsc::Sender<Stanza>> {
+        self.out.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn on_inbound(self: &Arc<Self>, event: Inbound) {
+        match event {
+            Inbound::Stanza(stanza) => match *stanza {
+                Stanza::Iq(iq) => self.on_iq(iq),
+                Stanza::Message(m) => tracing::debug!(from = ?m.from, type_ = ?m.type_, "message ignored"),
+                Stanza::Presence(_) => {}
+            },
+            Inbound::Malformed { kind, id, from, why } => {
+                tracing::info!(%kind, ?from, %why, "malformed stanza");
+                let to = from.and_then(|f| Jid::new(&f).ok());
+                if let (true, Some(id), Some(to), Some(out)) = (kind == "iq", id, to, self.sender()) {
+                    let reply = self.router.malformed(to, id, &why);
+                    tokio::spawn(async move { out.send(reply.into()).await });
+                }
+            }
+            Inbound::Connected { n } => tracing::debug!(logins = n, "link up"),
+            Inbound::Disconnected { reason } => tracing::debug!(%reason, "link down"),
+        }
+    }
+
+    fn on_iq(self: &Arc<Self>, iq: Iq) {
+        let Some(out) = self.sender() else { return };
+        if self.closing.load(Ordering::SeqCst) {
+            if let Iq::Get { from: Some(from), id, .. } | Iq::Set { from: Some(from), id, .. } = iq {
+                let error = service_unavailable("the service is shutting down");
+                let me = Some(self.router.me().clone());
+                let reply = Iq::Error { from: me, to: Some(from), id, error, payload: None };
+                tokio::spawn(async move { out.send(reply.into()).await });
+            }
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let Ok(_slot) = this.slots.clone().acquire_owned().await else { return };
+            if let Some(reply) = this.router.handle_iq(iq).await {
+                let _ = out.send(reply.into()).await;
+            }
+        });
+    }
+}
 
 /// Runs the component until SIGTERM or ctrl-c.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    let _ = config;
-    anyhow::bail!("the component link is not wired yet")
+    let config = Arc::new(config);
+    let me = Jid::new(&config.component.jid).context("component.jid")?;
+    let store = SqliteStore::open(&config.store.path, None)
+        .with_context(|| format!("opening the store {}", config.store.path.display()))?;
+    let svc = Service::new(store, config.clone(), system_clock());
+    svc.init().await.context("creating the configured feeds")?;
+    tracing::info!(db = %config.store.path.display(), feeds = config.feeds.len(), "store ready");
+
+    let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
+    let dispatcher = Arc::new(Dispatcher {
+        router: Router::new(svc, me.clone()),
+        out: Mutex::new(Some(out_tx)),
+        slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT as usize)),
+        closing: AtomicBool::new(false),
+    });
+    let link_cfg = LinkConfig::new(config.component.server.clone(), me, config.component.secret.clone());
+    let d = dispatcher.clone();
+    let mut link = tokio::spawn(component::run(link_cfg, out_rx, move |ev| d.on_inbound(ev)));
+
+    tokio::select! {
+        _ = shutdown_signal() => tracing::info!("shutting down"),
+        _ = &mut link => anyhow::bail!("the component link ended unexpectedly"),
+    }
+    dispatcher.closing.store(true, Ordering::SeqCst);
+    if tokio::time::timeout(DRAIN, dispatcher.slots.acquire_many(MAX_IN_FLIGHT)).await.is_err() {
+        tracing::warn!("requests still in flight after {DRAIN:?}; closing anyway");
+    }
+    dispatcher.out.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if tokio::time::timeout(DRAIN, link).await.is_err() {
+        tracing::warn!("the stream did not close within {DRAIN:?}");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or ctrl-c.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }

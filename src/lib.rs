@@ -12,6 +12,7 @@
 //! - [`config`]: the TOML configuration, validated with messages a human can act on.
 
 pub mod app;
+pub mod component;
 pub mod config;
 pub mod feed;
 pub mod logging;

@@ -5,4 +5,6 @@
 //! payload, XEP-0131 SHIM headers, pubsub#errors conditions) and the Atom entry inspection
 //! that turns a publish `<item>` into a [`crate::feed::Entry`].
 
+pub mod errors;
 pub mod payloads;
+pub mod router;

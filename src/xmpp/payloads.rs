@@ -24,6 +24,7 @@ pub mod items;
 pub mod publish;
 pub mod pubsub_errors;
 pub mod shim;
+pub mod subscriptions;
 
 pub use atom::{DeletedEntry, EntryError, inspect_entry, inspect_item, parse_stored, tombstone};
 pub use event::{item_published, item_retracted, push_message};

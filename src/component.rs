@@ -1,0 +1,210 @@
+//! The XEP-0114 link to the server: log in, read stanzas, write the outbound queue, keep the
+//! link alive, and come back by itself when it drops.
+//!
+//! Why not `tokio_xmpp::Component`: its stream turns every failure into `None`, so a read
+//! timeout, an unparseable stanza and a dead server look alike, and a bad iq cannot be
+//! answered. The same few lines of login over `tokio_xmpp::xmlstream` tell them apart.
+
+use futures::{SinkExt, StreamExt};
+use jid::Jid;
+use std::time::Duration;
+use tokio::io::BufStream;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_xmpp::Stanza;
+use tokio_xmpp::connect::{DnsConfig, ServerConnector, TcpServerConnector};
+use tokio_xmpp::xmlstream::{
+    FallibleStreamElement, ReadError, StreamElementError, Timeouts, XmppStream, XmppStreamElement,
+};
+use xmpp_parsers::component::Handshake;
+use xmpp_parsers::iq::Iq;
+use xmpp_parsers::ns;
+use xmpp_parsers::ping::Ping;
+
+type Link = XmppStream<BufStream<TcpStream>>;
+
+/// Where and how to connect.
+#[derive(Clone, Debug)]
+pub struct LinkConfig {
+    /// The server's component port, `ip:port`.
+    pub addr: String,
+    /// Our domain.
+    pub jid: Jid,
+    pub secret: String,
+    /// Who answers our keepalive pings: the server's own domain.
+    pub ping_to: Jid,
+    /// How often to ping; well inside `timeouts.read_timeout` so a healthy link never idles.
+    pub keepalive: Duration,
+    pub timeouts: Timeouts,
+    /// The longest wait between reconnect attempts.
+    pub max_backoff: Duration,
+}
+
+impl LinkConfig {
+    /// Defaults for a component `jid` on the server at `addr`.
+    pub fn new(addr: String, jid: Jid, secret: String) -> LinkConfig {
+        let domain = jid.domain().as_str();
+        let parent = domain.split_once('.').map_or(domain, |(_, p)| p);
+        let ping_to = Jid::new(parent).unwrap_or_else(|_| jid.clone());
+        LinkConfig {
+            addr,
+            jid,
+            secret,
+            ping_to,
+            keepalive: Duration::from_secs(20),
+            timeouts: Timeouts::tight(),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What the link hands to the application.
+#[derive(Debug)]
+pub enum Inbound {
+    Stanza(Box<Stanza>),
+    /// A stanza that did not parse. An iq among them must still be answered (`bad-request`).
+    Malformed {
+        kind: String,
+        id: Option<String>,
+        from: Option<String>,
+        why: String,
+    },
+    /// The link is up (again); `n` counts the logins so far.
+    Connected {
+        n: u64,
+    },
+    /// The link went down; the loop is reconnecting.
+    Disconnected {
+        reason: String,
+    },
+}
+
+/// What one read gave.
+enum Read {
+    Stanza(Box<Stanza>),
+    Malformed {
+        kind: String,
+        id: Option<String>,
+        from: Option<String>,
+        why: String,
+    },
+    /// Silent for a read timeout: ping now, or the link dies after the response timeout.
+    Idle,
+    Gone(String),
+}
+
+async fn login(cfg: &LinkConfig) -> Result<Link, String> {
+    let connector = TcpServerConnector::from(DnsConfig::addr(&cfg.addr));
+    let (mut pending, _) =
+        connector.connect(&cfg.jid, ns::COMPONENT, cfg.timeouts).await.map_err(|e| format!("connect: {e}"))?;
+    let stream_id = pending.take_header().id.ok_or("the server sent no stream id")?.into_owned();
+    let mut link: Link = pending.skip_features();
+    let handshake = Handshake::from_stream_id_and_password(stream_id, &cfg.secret);
+    link.send(&XmppStreamElement::ComponentHandshake(handshake)).await.map_err(|e| format!("handshake: {e}"))?;
+    loop {
+        match link.next().await {
+            Some(Ok(FallibleStreamElement::Ok(XmppStreamElement::ComponentHandshake(_)))) => return Ok(link),
+            Some(Err(ReadError::SoftTimeout)) => continue,
+            Some(Ok(FallibleStreamElement::Ok(XmppStreamElement::StreamError(e)))) => {
+                return Err(format!("the server refused us: {e}"));
+            }
+            other => return Err(format!("handshake refused (wrong secret or domain?): {other:?}")),
+        }
+    }
+}
+
+async fn read(link: &mut Link) -> Read {
+    match link.next().await {
+        Some(Ok(FallibleStreamElement::Ok(XmppStreamElement::Stanza(s)))) => Read::Stanza(Box::new(s)),
+        Some(Ok(FallibleStreamElement::Ok(XmppStreamElement::StreamError(e)))) => {
+            Read::Gone(format!("stream error: {e}"))
+        }
+        Some(Ok(FallibleStreamElement::Ok(other))) => Read::Gone(format!("unexpected element {other:?}")),
+        Some(Ok(FallibleStreamElement::Err(StreamElementError::InvalidStanza { name, header, error, .. }))) => {
+            Read::Malformed { kind: name.to_string(), id: header.id, from: header.from, why: error.to_string() }
+        }
+        Some(Ok(FallibleStreamElement::Err(e))) => Read::Gone(e.to_string()),
+        Some(Err(ReadError::SoftTimeout)) => Read::Idle,
+        Some(Err(e)) => Read::Gone(e.to_string()),
+        None => Read::Gone("the server closed the connection".into()),
+    }
+}
+
+/// A copy of a stanza, kept until its write succeeded (`Stanza` itself is not `Clone`).
+fn copy(s: &Stanza) -> Stanza {
+    match s {
+        Stanza::Iq(i) => Stanza::Iq(i.clone()),
+        Stanza::Message(m) => Stanza::Message(m.clone()),
+        Stanza::Presence(p) => Stanza::Presence(p.clone()),
+    }
+}
+
+fn ping(cfg: &LinkConfig, n: u64) -> Stanza {
+    Iq::from_get(format!("keepalive-{n}"), Ping).with_from(cfg.jid.clone()).with_to(cfg.ping_to.clone()).into()
+}
+
+/// Runs the link until `outbound` is closed (every sender dropped) and drained: then closes
+/// the stream cleanly and returns. Inbound stanzas go to `inbound`, which must not block.
+///
+/// While the link is down, outbound stanzas wait in the queue, and the one being written
+/// when the link broke is written again after the next login, so replies and pushes
+/// produced during an outage are not lost.
+pub async fn run(cfg: LinkConfig, mut outbound: mpsc::Receiver<Stanza>, mut inbound: impl FnMut(Inbound)) {
+    let mut logins = 0u64;
+    let mut backoff = Duration::from_millis(250);
+    let mut pending: Option<Stanza> = None;
+    loop {
+        let mut link = match login(&cfg).await {
+            Ok(link) => link,
+            Err(e) => {
+                tracing::warn!(server = %cfg.addr, error = %e, retry_in = ?backoff, "cannot connect to the server");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(cfg.max_backoff);
+                continue;
+            }
+        };
+        logins += 1;
+        backoff = Duration::from_millis(250);
+        tracing::info!(server = %cfg.addr, jid = %cfg.jid, "connected");
+        inbound(Inbound::Connected { n: logins });
+        let mut keepalive = tokio::time::interval(cfg.keepalive);
+        keepalive.tick().await;
+        let mut pings = 0u64;
+        let reason = loop {
+            if let Some(stanza) = pending.take()
+                && let Err(e) = link.send(&XmppStreamElement::Stanza(copy(&stanza))).await
+            {
+                pending = Some(stanza);
+                break format!("write failed: {e}");
+            }
+            tokio::select! {
+                r = read(&mut link) => match r {
+                    Read::Stanza(s) => inbound(Inbound::Stanza(s)),
+                    Read::Malformed { kind, id, from, why } => inbound(Inbound::Malformed { kind, id, from, why }),
+                    Read::Idle => {
+                        pings += 1;
+                        pending = Some(ping(&cfg, pings));
+                    }
+                    Read::Gone(reason) => break reason,
+                },
+                out = outbound.recv() => match out {
+                    Some(stanza) => pending = Some(stanza),
+                    None => {
+                        // Every sender is gone: the application is shutting down.
+                        if let Err(e) = link.shutdown().await {
+                            tracing::debug!(error = %e, "closing the stream");
+                        }
+                        tracing::info!("stream closed");
+                        return;
+                    }
+                },
+                _ = keepalive.tick() => {
+                    pings += 1;
+                    pending = Some(ping(&cfg, pings));
+                }
+            }
+        };
+        tracing::warn!(server = %cfg.addr, %reason, "lost the server connection; reconnecting");
+        inbound(Inbound::Disconnected { reason });
+    }
+}
