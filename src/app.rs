@@ -2,20 +2,23 @@
 //! shut down in order: stop taking requests, let in-flight ones finish (bounded), close the
 //! stream, exit.
 
-use crate::component::{self, Inbound, LinkConfig};
+use crate::component::{self, Inbound, LinkConfig, Outbound};
 use crate::config::Config;
 use crate::feed::service::{Service, system_clock};
 use crate::store::sqlite::SqliteStore;
 use crate::xmpp::errors::service_unavailable;
+use crate::xmpp::notify::{Notifier, PushStats, change_sink};
 use crate::xmpp::router::Router;
 use anyhow::Context;
 use jid::Jid;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_xmpp::Stanza;
 use xmpp_parsers::iq::Iq;
+use xmpp_parsers::message::{Message, MessageType};
+use xmpp_parsers::stanza_error::{ErrorType, StanzaError};
 
 /// Requests served at once; more wait for a slot (the link keeps reading meanwhile).
 const MAX_IN_FLIGHT: u32 = 256;
@@ -28,6 +31,7 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// never blocks the connection loop.
 struct Dispatcher {
     router: Router<SqliteStore>,
+    notifier: Arc<Notifier<SqliteStore>>,
     /// Taken away at shutdown, so the link sees the queue close once in-flight work is done.
     out: Mutex<Option<mpsc::Sender<Stanza>>>,
     slots: Arc<Semaphore>,
@@ -43,7 +47,7 @@ impl Dispatcher {
         match event {
             Inbound::Stanza(stanza) => match *stanza {
                 Stanza::Iq(iq) => self.on_iq(iq),
-                Stanza::Message(m) => tracing::debug!(from = ?m.from, type_ = ?m.type_, "message ignored"),
+                Stanza::Message(m) => self.on_message(m),
                 Stanza::Presence(_) => {}
             },
             Inbound::Malformed { kind, id, from, why } => {
@@ -59,8 +63,22 @@ impl Dispatcher {
         }
     }
 
+    /// Messages to us are push bounces or nothing we handle.
+    fn on_message(self: &Arc<Self>, m: Message) {
+        let (MessageType::Error, Some(from)) = (&m.type_, m.from.clone()) else { return };
+        let error = m.payloads.iter().find(|p| p.name() == "error").and_then(|e| StanzaError::try_from(e.clone()).ok());
+        // cancel and auth errors will not go away by trying again; wait and modify may.
+        let permanent = error.as_ref().is_none_or(|e| matches!(e.type_, ErrorType::Cancel | ErrorType::Auth));
+        tracing::debug!(%from, ?error, "push bounced");
+        let notifier = self.notifier.clone();
+        tokio::spawn(async move { notifier.bounced(&from, permanent).await });
+    }
+
     fn on_iq(self: &Arc<Self>, iq: Iq) {
         let Some(out) = self.sender() else { return };
+        if let Some(from) = iq.from() {
+            self.notifier.alive(from);
+        }
         if self.closing.load(Ordering::SeqCst) {
             if let Iq::Get { from: Some(from), id, .. } | Iq::Set { from: Some(from), id, .. } = iq {
                 let error = service_unavailable("the service is shutting down");
@@ -84,22 +102,31 @@ impl Dispatcher {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let me = Jid::new(&config.component.jid).context("component.jid")?;
-    let store = SqliteStore::open(&config.store.path, None)
+    let stats = Arc::new(PushStats::default());
+    let (change_tx, change_rx) = mpsc::channel(config.push.backlog);
+    let store = SqliteStore::open(&config.store.path, Some(change_sink(change_tx, stats.clone())))
         .with_context(|| format!("opening the store {}", config.store.path.display()))?;
+    let notifier = Arc::new(Notifier::new(store.clone(), me.clone(), config.push.bounce_limit, stats));
     let svc = Service::new(store, config.clone(), system_clock());
     svc.init().await.context("creating the configured feeds")?;
     tracing::info!(db = %config.store.path.display(), feeds = config.feeds.len(), "store ready");
 
     let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
+    let (push_tx, push_rx) = mpsc::channel(config.push.queue);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let n = notifier.clone();
+    let fanout = tokio::spawn(async move { n.run(change_rx, push_tx, stop_rx).await });
     let dispatcher = Arc::new(Dispatcher {
         router: Router::new(svc, me.clone()),
+        notifier,
         out: Mutex::new(Some(out_tx)),
         slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT as usize)),
         closing: AtomicBool::new(false),
     });
     let link_cfg = LinkConfig::new(config.component.server.clone(), me, config.component.secret.clone());
     let d = dispatcher.clone();
-    let mut link = tokio::spawn(component::run(link_cfg, out_rx, move |ev| d.on_inbound(ev)));
+    let outbound = Outbound { replies: out_rx, pushes: push_rx };
+    let mut link = tokio::spawn(component::run(link_cfg, outbound, move |ev| d.on_inbound(ev)));
 
     tokio::select! {
         _ = shutdown_signal() => tracing::info!("shutting down"),
@@ -110,6 +137,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::warn!("requests still in flight after {DRAIN:?}; closing anyway");
     }
     dispatcher.out.lock().unwrap_or_else(|p| p.into_inner()).take();
+    // Committed changes still waiting are fanned out; then the push queue closes too.
+    let _ = stop_tx.send(true);
+    if tokio::time::timeout(DRAIN, fanout).await.is_err() {
+        tracing::warn!("pushes still being fanned out after {DRAIN:?}; closing anyway");
+    }
     if tokio::time::timeout(DRAIN, link).await.is_err() {
         tracing::warn!("the stream did not close within {DRAIN:?}");
     }

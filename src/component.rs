@@ -143,16 +143,25 @@ fn ping(cfg: &LinkConfig, n: u64) -> Stanza {
     Iq::from_get(format!("keepalive-{n}"), Ping).with_from(cfg.jid.clone()).with_to(cfg.ping_to.clone()).into()
 }
 
-/// Runs the link until `outbound` is closed (every sender dropped) and drained: then closes
-/// the stream cleanly and returns. Inbound stanzas go to `inbound`, which must not block.
+/// The two queues the link writes: replies go before pushes, so a burst of fan-out never
+/// delays an answer.
+pub struct Outbound {
+    pub replies: mpsc::Receiver<Stanza>,
+    pub pushes: mpsc::Receiver<Stanza>,
+}
+
+/// Runs the link until both outbound queues are closed (every sender dropped) and drained:
+/// then closes the stream cleanly and returns. Inbound stanzas go to `inbound`, which must
+/// not block.
 ///
-/// While the link is down, outbound stanzas wait in the queue, and the one being written
+/// While the link is down, outbound stanzas wait in their queues, and the one being written
 /// when the link broke is written again after the next login, so replies and pushes
 /// produced during an outage are not lost.
-pub async fn run(cfg: LinkConfig, mut outbound: mpsc::Receiver<Stanza>, mut inbound: impl FnMut(Inbound)) {
+pub async fn run(cfg: LinkConfig, mut out: Outbound, mut inbound: impl FnMut(Inbound)) {
     let mut logins = 0u64;
     let mut backoff = Duration::from_millis(250);
     let mut pending: Option<Stanza> = None;
+    let (mut replies_open, mut pushes_open) = (true, true);
     loop {
         let mut link = match login(&cfg).await {
             Ok(link) => link,
@@ -177,7 +186,22 @@ pub async fn run(cfg: LinkConfig, mut outbound: mpsc::Receiver<Stanza>, mut inbo
                 pending = Some(stanza);
                 break format!("write failed: {e}");
             }
+            if !replies_open && !pushes_open {
+                // Every sender is gone: the application is shutting down.
+                if let Err(e) = link.shutdown().await {
+                    tracing::debug!(error = %e, "closing the stream");
+                }
+                tracing::info!("stream closed");
+                return;
+            }
             tokio::select! {
+                // Replies first (they are what clients wait on), then new requests (reading
+                // less when replies back up is the backpressure), then pushes.
+                biased;
+                r = out.replies.recv(), if replies_open => match r {
+                    Some(stanza) => pending = Some(stanza),
+                    None => replies_open = false,
+                },
                 r = read(&mut link) => match r {
                     Read::Stanza(s) => inbound(Inbound::Stanza(s)),
                     Read::Malformed { kind, id, from, why } => inbound(Inbound::Malformed { kind, id, from, why }),
@@ -187,16 +211,9 @@ pub async fn run(cfg: LinkConfig, mut outbound: mpsc::Receiver<Stanza>, mut inbo
                     }
                     Read::Gone(reason) => break reason,
                 },
-                out = outbound.recv() => match out {
+                r = out.pushes.recv(), if pushes_open => match r {
                     Some(stanza) => pending = Some(stanza),
-                    None => {
-                        // Every sender is gone: the application is shutting down.
-                        if let Err(e) = link.shutdown().await {
-                            tracing::debug!(error = %e, "closing the stream");
-                        }
-                        tracing::info!("stream closed");
-                        return;
-                    }
+                    None => pushes_open = false,
                 },
                 _ = keepalive.tick() => {
                     pings += 1;

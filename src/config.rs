@@ -22,7 +22,28 @@ pub struct Config {
     #[serde(default)]
     pub limits: Limits,
     #[serde(default)]
+    pub push: PushConfig,
+    #[serde(default)]
     pub feeds: Vec<FeedConfig>,
+}
+
+/// How pushes are queued (see `xmpp::notify` for the policy).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PushConfig {
+    /// Committed changes waiting to be fanned out; past this, new changes are not pushed
+    /// (subscribers notice the gap through `PreviousCursor` and pull).
+    pub backlog: usize,
+    /// Push messages waiting for the link.
+    pub queue: usize,
+    /// Permanent delivery errors in a row after which a JID's subscriptions are removed.
+    pub bounce_limit: u32,
+}
+
+impl Default for PushConfig {
+    fn default() -> Self {
+        PushConfig { backlog: 10_000, queue: 65_536, bounce_limit: 3 }
+    }
 }
 
 #[derive(Clone, Deserialize)]
@@ -176,6 +197,10 @@ impl Config {
         }
         if l.max_payload_bytes == 0 || l.max_ids == 0 {
             return bad("limits: max_payload_bytes and max_ids must be positive".into());
+        }
+        let p = &self.push;
+        if p.backlog == 0 || p.queue == 0 || p.bounce_limit == 0 {
+            return bad("push: backlog, queue and bounce_limit must be positive".into());
         }
         let mut seen = BTreeMap::new();
         for f in &self.feeds {

@@ -110,6 +110,8 @@ pub trait WriteTx: ReadTx {
     fn put_subscription(&mut self, feed: i64, sub: &Subscription) -> StoreResult<()>;
     /// Removes a subscription; false when there was none.
     fn delete_subscription(&mut self, feed: i64, view: &str, jid: &str) -> StoreResult<bool>;
+    /// Removes every subscription of exactly this JID (all feeds and views); returns how many.
+    fn delete_subscriptions_of(&mut self, jid: &str) -> StoreResult<u64>;
     /// Queues a change to be announced once this write is durable, in commit order.
     fn emit(&mut self, change: Change);
 }

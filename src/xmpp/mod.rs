@@ -6,5 +6,6 @@
 //! that turns a publish `<item>` into a [`crate::feed::Entry`].
 
 pub mod errors;
+pub mod notify;
 pub mod payloads;
 pub mod router;

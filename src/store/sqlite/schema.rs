@@ -128,6 +128,12 @@ pub(crate) fn configure_writer(conn: &Connection) -> Result<(), StoreError> {
         return Err(StoreError::Backend(format!("could not enable WAL (journal_mode is {mode})")));
     }
     conn.pragma_update(None, "synchronous", "FULL")?;
+    // Each write closure runs in a savepoint, and SQLite keeps the pre-image of every page
+    // a savepoint touches in a sub-journal. On a temp *file* that journal spills to disk past
+    // 64 KiB, i.e. for almost every closure: thousands of pwrite calls per batch that cost
+    // more than the fsync itself. In memory it is truncated as each savepoint is released,
+    // so it stays at one closure's pages.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(())
 }
 

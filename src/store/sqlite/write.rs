@@ -127,6 +127,11 @@ impl WriteTx for SqlTx<'_> {
         Ok(st.execute(params![feed, view, jid])? > 0)
     }
 
+    fn delete_subscriptions_of(&mut self, jid: &str) -> StoreResult<u64> {
+        let mut st = self.conn.prepare_cached("DELETE FROM subscriptions WHERE jid = ?1")?;
+        Ok(st.execute(params![jid])? as u64)
+    }
+
     fn emit(&mut self, change: Change) {
         self.changes.push(change);
     }

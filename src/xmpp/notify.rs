@@ -1,0 +1,186 @@
+//! Pushes: every committed change, to every subscription whose view it belongs to, as a
+//! `headline` with the pubsub#event payload and the SHIM sync headers.
+//!
+//! Ordering: one task takes changes in commit order and queues their messages in that
+//! order on one FIFO, so pushes to any one subscriber leave in commit order.
+//!
+//! Backpressure policy: pushes are best-effort, as Smart Feeds intends (a client that sees a
+//! `PreviousCursor` it does not hold pulls what it missed). The writer hands changes over
+//! without ever waiting; when more than `push.backlog` changes wait to be fanned out, new
+//! ones are not pushed (counted and logged), so publishes and pulls never slow down for
+//! push. Messages wait in their own bounded queue, which the link drains after replies.
+
+use super::payloads::shim::SyncHeaders;
+use super::payloads::{Headers, item_published, item_retracted, push_message};
+use super::router::payload_element;
+use crate::feed::{Change, FeedError, Payload};
+use crate::store::{Store, Subscription};
+use jid::Jid;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use tokio_xmpp::Stanza;
+
+/// Push counters, for logs and metrics.
+#[derive(Debug, Default)]
+pub struct PushStats {
+    /// Messages handed to the link.
+    pub sent: AtomicU64,
+    /// Changes not pushed because the backlog was full.
+    pub dropped: AtomicU64,
+    /// Pushes that came back as errors.
+    pub bounced: AtomicU64,
+    /// Subscriptions removed after too many bounces.
+    pub removed: AtomicU64,
+}
+
+/// Fans changes out to subscribers.
+pub struct Notifier<S: Store> {
+    store: S,
+    me: Jid,
+    /// After this many bounces in a row a JID's subscriptions are removed.
+    bounce_limit: u32,
+    bounces: Mutex<HashMap<String, u32>>,
+    pub stats: Arc<PushStats>,
+}
+
+/// The store's change sink: hands changes that have subscribers to the notifier, never
+/// blocking the writer; drops them when the backlog is full.
+pub fn change_sink(tx: mpsc::Sender<Change>, stats: Arc<PushStats>) -> crate::store::ChangeSink {
+    Box::new(move |changes: Vec<Change>| {
+        for change in changes {
+            if change.views.is_empty() {
+                continue;
+            }
+            if tx.try_send(change).is_err() {
+                let n = stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_power_of_two() {
+                    tracing::warn!(
+                        dropped = n,
+                        "push backlog full: changes are not pushed (subscribers pull to catch up)"
+                    );
+                }
+            }
+        }
+    })
+}
+
+impl<S: Store> Notifier<S> {
+    pub fn new(store: S, me: Jid, bounce_limit: u32, stats: Arc<PushStats>) -> Self {
+        Notifier { store, me, bounce_limit, bounces: Mutex::new(HashMap::new()), stats }
+    }
+
+    /// Fans out changes until `stop` is set, then fans out what is already waiting and
+    /// returns (dropping `out`, so the link can close once it is written).
+    pub async fn run(
+        &self,
+        mut changes: mpsc::Receiver<Change>,
+        out: mpsc::Sender<Stanza>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut n = 0u64;
+        loop {
+            let stopping = tokio::select! {
+                c = changes.recv() => Err(c),
+                r = stop.wait_for(|s| *s) => Ok(r.is_ok()),
+            };
+            let change = match stopping {
+                Err(c) => c,
+                Ok(_) => {
+                    changes.close();
+                    changes.recv().await
+                }
+            };
+            let Some(change) = change else { return };
+            let messages = match self.messages(&change, &mut n).await {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::error!(feed = %change.feed, item = %change.item.id, error = %e, "cannot fan out a change");
+                    continue;
+                }
+            };
+            for m in messages {
+                if out.send(m).await.is_err() {
+                    return;
+                }
+                self.stats.sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The messages one change makes, in subscription order within each view.
+    async fn messages(&self, change: &Change, n: &mut u64) -> Result<Vec<Stanza>, FeedError> {
+        let feed = change.feed.clone();
+        let views: Vec<String> = change.views.iter().map(|v| v.view.clone()).collect();
+        let subs: Vec<Vec<Subscription>> = self
+            .store
+            .read(move |tx| {
+                let Some(f) = tx.feed(&feed)? else { return Ok(Vec::new()) };
+                views.iter().map(|v| Ok(tx.subscribers(f.id, v)?)).collect()
+            })
+            .await?;
+        let item = &change.item;
+        // A retraction pushes `<retract id/>`; everything else the entry itself.
+        let payload = match &item.payload {
+            Payload::Entry(_) => Some(payload_element(item)?),
+            Payload::Tombstone { .. } => None,
+        };
+        let mut out = Vec::new();
+        for (vc, subs) in change.views.iter().zip(subs) {
+            let headers: Headers = SyncHeaders {
+                total_items: vc.count,
+                previous_cursor: vc.previous.map(|c| c.to_string()),
+                last_cursor: vc.last.to_string(),
+            }
+            .into();
+            for sub in subs {
+                let Ok(to) = Jid::new(&sub.jid) else { continue };
+                let event = match &payload {
+                    Some(entry) => item_published(&sub.node, &item.id, entry.clone()),
+                    None => item_retracted(&sub.node, &item.id),
+                };
+                *n += 1;
+                let m = push_message(self.me.clone(), to, format!("push-{n}"), event, headers.clone());
+                out.push(m.into());
+            }
+        }
+        Ok(out)
+    }
+
+    /// A push came back as an error from `from`. Permanent errors count towards removal.
+    pub async fn bounced(&self, from: &Jid, permanent: bool) {
+        self.stats.bounced.fetch_add(1, Ordering::Relaxed);
+        if !permanent {
+            return;
+        }
+        let jid = from.to_string();
+        let count = {
+            let mut b = self.bounces.lock().unwrap_or_else(|p| p.into_inner());
+            let c = b.entry(jid.clone()).or_insert(0);
+            *c += 1;
+            *c
+        };
+        if count < self.bounce_limit {
+            return;
+        }
+        self.bounces.lock().unwrap_or_else(|p| p.into_inner()).remove(&jid);
+        let target = jid.clone();
+        let removed = self.store.write(move |tx| Ok(tx.delete_subscriptions_of(&target)?)).await;
+        match removed {
+            Ok(n) => {
+                self.stats.removed.fetch_add(n, Ordering::Relaxed);
+                tracing::warn!(%jid, bounces = count, removed = n, "pushes keep bouncing: unsubscribed");
+            }
+            Err(e) => tracing::error!(%jid, error = %e, "cannot remove the subscriptions of a bouncing JID"),
+        }
+    }
+
+    /// `jid` showed it is alive (it sent us a request): its bounce count starts again.
+    pub fn alive(&self, jid: &Jid) {
+        let mut b = self.bounces.lock().unwrap_or_else(|p| p.into_inner());
+        if !b.is_empty() {
+            b.remove(&jid.to_string());
+        }
+    }
+}
