@@ -265,7 +265,9 @@ impl<S: Store> Service<S> {
     }
 
     /// The feed a publish or retract goes to, after checking the node and authorisation.
-    fn publish_target(&self, actor: &str, node: &str) -> Result<String, FeedError> {
+    /// The glue asks this before it looks at the payload, so an unauthorised sender learns
+    /// nothing about what the service accepts.
+    pub fn publish_target(&self, actor: &str, node: &str) -> Result<String, FeedError> {
         let name = NodeName::parse(node)?;
         if name.order.is_some() || !name.filter.is_empty() {
             return Err(FeedError::BadRequest("publish and retract go to the feed itself, without parameters".into()));
