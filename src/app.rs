@@ -102,6 +102,9 @@ impl Dispatcher {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let me = Jid::new(&config.component.jid).context("component.jid")?;
+    if let Some(dir) = config.store.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let stats = Arc::new(PushStats::default());
     let (change_tx, change_rx) = mpsc::channel(config.push.backlog);
     let store = SqliteStore::open(&config.store.path, Some(change_sink(change_tx, stats.clone())))
