@@ -5,8 +5,9 @@
 use crate::component::{self, Inbound, LinkConfig, Outbound};
 use crate::config::Config;
 use crate::feed::service::{Service, system_clock};
+use crate::limiter::{Admission, Limiter};
 use crate::store::sqlite::SqliteStore;
-use crate::xmpp::errors::service_unavailable;
+use crate::xmpp::errors::{resource_constraint, service_unavailable};
 use crate::xmpp::notify::{Notifier, PushStats, change_sink};
 use crate::xmpp::router::Router;
 use anyhow::Context;
@@ -31,6 +32,8 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// never blocks the connection loop.
 struct Dispatcher {
     router: Router<SqliteStore>,
+    limiter: Limiter,
+    admins: Vec<String>,
     notifier: Arc<Notifier<SqliteStore>>,
     /// Taken away at shutdown, so the link sees the queue close once in-flight work is done.
     out: Mutex<Option<mpsc::Sender<Stanza>>>,
@@ -80,21 +83,41 @@ impl Dispatcher {
             self.notifier.alive(from);
         }
         if self.closing.load(Ordering::SeqCst) {
-            if let Iq::Get { from: Some(from), id, .. } | Iq::Set { from: Some(from), id, .. } = iq {
-                let error = service_unavailable("the service is shutting down");
-                let me = Some(self.router.me().clone());
-                let reply = Iq::Error { from: me, to: Some(from), id, error, payload: None };
-                tokio::spawn(async move { out.send(reply.into()).await });
-            }
-            return;
+            return self.refuse(iq, out, service_unavailable("the service is shutting down"));
         }
+        let sender = iq.from().map(|f| f.to_bare().to_string()).unwrap_or_default();
+        let wait = if self.admins.contains(&sender) {
+            Duration::ZERO
+        } else {
+            match self.limiter.admit(&sender, std::time::Instant::now()) {
+                Admission::After(wait) => wait,
+                Admission::Refuse => {
+                    tracing::debug!(%sender, "request refused: over the per-sender rate");
+                    return self.refuse(iq, out, resource_constraint("too many requests from you; slow down"));
+                }
+            }
+        };
         let this = self.clone();
         tokio::spawn(async move {
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
             let Ok(_slot) = this.slots.clone().acquire_owned().await else { return };
             if let Some(reply) = this.router.handle_iq(iq).await {
                 let _ = out.send(reply.into()).await;
             }
         });
+    }
+}
+
+impl Dispatcher {
+    /// Answers a get or set with an error without serving it.
+    fn refuse(&self, iq: Iq, out: mpsc::Sender<Stanza>, error: StanzaError) {
+        if let Iq::Get { from: Some(from), id, .. } | Iq::Set { from: Some(from), id, .. } = iq {
+            let me = Some(self.router.me().clone());
+            let reply = Iq::Error { from: me, to: Some(from), id, error, payload: None };
+            tokio::spawn(async move { out.send(reply.into()).await });
+        }
     }
 }
 
@@ -121,6 +144,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let fanout = tokio::spawn(async move { n.run(change_rx, push_tx, stop_rx).await });
     let dispatcher = Arc::new(Dispatcher {
         router: Router::new(svc, me.clone()),
+        limiter: Limiter::new(
+            config.limits.requests_per_second,
+            config.limits.request_burst,
+            config.limits.request_backlog,
+        ),
+        admins: config.admins.clone(),
         notifier,
         out: Mutex::new(Some(out_tx)),
         slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT as usize)),

@@ -103,11 +103,32 @@ pub struct Limits {
     pub max_payload_bytes: usize,
     /// The most `<item id/>`s one request may name.
     pub max_ids: usize,
+    /// Subscriptions one bare JID may hold, across feeds.
+    pub max_subscriptions_per_jid: u64,
+    /// Subscriptions one feed may have, across views.
+    pub max_subscriptions_per_feed: u64,
+    /// Requests a second one sender (bare JID) may make before its requests wait; admins
+    /// are not limited.
+    pub requests_per_second: f64,
+    /// Requests one sender may make at once above its rate.
+    pub request_burst: f64,
+    /// Requests one sender may have waiting for its rate; past that they are refused.
+    pub request_backlog: f64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { default_page: 50, max_page: 500, max_payload_bytes: 65536, max_ids: 500 }
+        Limits {
+            default_page: 50,
+            max_page: 500,
+            max_payload_bytes: 65536,
+            max_ids: 500,
+            max_subscriptions_per_jid: 1000,
+            max_subscriptions_per_feed: 100_000,
+            requests_per_second: 200.0,
+            request_burst: 400.0,
+            request_backlog: 2000.0,
+        }
     }
 }
 
@@ -195,8 +216,15 @@ impl Config {
         if l.default_page == 0 || l.max_page == 0 || l.default_page > l.max_page {
             return bad("limits: need 0 < default_page <= max_page".into());
         }
-        if l.max_payload_bytes == 0 || l.max_ids == 0 {
-            return bad("limits: max_payload_bytes and max_ids must be positive".into());
+        if l.max_payload_bytes == 0
+            || l.max_ids == 0
+            || l.max_subscriptions_per_jid == 0
+            || l.max_subscriptions_per_feed == 0
+        {
+            return bad("limits: max_payload_bytes, max_ids and max_subscriptions_* must be positive".into());
+        }
+        if !(l.requests_per_second > 0.0 && l.request_burst >= 1.0 && l.request_backlog >= 0.0) {
+            return bad("limits: need requests_per_second > 0, request_burst >= 1, request_backlog >= 0".into());
         }
         let p = &self.push;
         if p.backlog == 0 || p.queue == 0 || p.bounce_limit == 0 {

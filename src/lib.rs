@@ -15,6 +15,7 @@ pub mod app;
 pub mod component;
 pub mod config;
 pub mod feed;
+pub mod limiter;
 pub mod logging;
 pub mod store;
 pub mod xmpp;

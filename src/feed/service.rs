@@ -290,7 +290,22 @@ impl<S: Store> Service<S> {
             jid: jid.to_string(),
         };
         let stored = sub.clone();
-        self.store.write(move |tx| Ok(tx.put_subscription(feed.id, &stored)?)).await?;
+        let (per_jid, per_feed) =
+            (self.config.limits.max_subscriptions_per_jid, self.config.limits.max_subscriptions_per_feed);
+        let actor = actor.to_string();
+        self.store
+            .write(move |tx| {
+                let own = tx.subscriptions_of(&actor)?;
+                let renewal = own.iter().any(|s| s.view == stored.view && s.jid == stored.jid);
+                if !renewal && own.len() as u64 >= per_jid {
+                    return Err(FeedError::PolicyViolation(format!("{actor} already has {per_jid} subscriptions")));
+                }
+                if !renewal && tx.subscription_count(feed.id)? >= per_feed {
+                    return Err(FeedError::PolicyViolation(format!("{} has {per_feed} subscriptions", feed.name)));
+                }
+                Ok(tx.put_subscription(feed.id, &stored)?)
+            })
+            .await?;
         Ok(sub)
     }
 

@@ -37,6 +37,11 @@ pub fn service_unavailable(text: &str) -> StanzaError {
     stanza_error(T::Cancel, C::ServiceUnavailable, Some(text), None)
 }
 
+/// `resource-constraint` (wait): the sender is over its request rate.
+pub fn resource_constraint(text: &str) -> StanzaError {
+    stanza_error(T::Wait, C::ResourceConstraint, Some(text), None)
+}
+
 /// `bad-request` for a request that did not parse.
 pub fn bad_request(text: &str) -> StanzaError {
     stanza_error(T::Modify, C::BadRequest, Some(text), None)

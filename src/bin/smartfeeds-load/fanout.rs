@@ -1,0 +1,343 @@
+//! `fanout`: how long one publish takes to reach many subscribers.
+//!
+//! 1. Subscribes S JIDs of our own domain, `sub{i}@DOMAIN`, K in flight. Each subscribe is
+//!    sent *from* the JID it subscribes: smartfeeds (like XEP-0060 §6.1.3.1) wants the
+//!    subscribed JID's bare JID to be the sender's, and a component may send from any JID
+//!    of its domain. The node must exist (smartfeeds: publish to it once first).
+//! 2. Publishes P items one at a time (from `--from`, default our domain) and, for each,
+//!    measures the time from sending the publish until the last of the S notifications
+//!    for that item has arrived. The next publish starts then (or after `--timeout`).
+//! 3. Waits `--settle` seconds for stragglers and duplicates, then checks every subscriber
+//!    got every item exactly once, and that the SHIM headers chain: all S copies of a push
+//!    carry the same `LastCursor` and `TotalItems`, and each push's `PreviousCursor` is the
+//!    previous push's `LastCursor` with `TotalItems` one higher.
+//! 4. Unsubscribes them again (unless `--keep-subscriptions`).
+//!
+//! The notifications are counted by a collector task fed by the link's inbox, so counting
+//! never waits on the publisher.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use minidom::Element;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::link::Inbox;
+use crate::publish::default_prefix;
+use crate::report::{Report, Tally, percentiles};
+use crate::stanzas::{outcome, publish, push_facts, subscription};
+use crate::{Ctx, pool};
+
+#[derive(Args, Debug, Clone)]
+pub struct FanoutArgs {
+    /// Subscribers (JIDs sub0@DOMAIN … sub{S-1}@DOMAIN).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub subscribers: u32,
+    /// Items published, one at a time.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub publishes: u32,
+    /// Publish from this JID of our domain (default: the domain itself).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Item id prefix (default: `f` and the current Unix time in ms).
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Seconds to wait after the last publish for late or duplicate notifications.
+    #[arg(long, default_value_t = 1.0)]
+    pub settle: f64,
+    /// Leave the subscriptions in place at the end.
+    #[arg(long)]
+    pub keep_subscriptions: bool,
+}
+
+/// What the collector saw.
+#[derive(Default)]
+struct Seen {
+    /// Copies received per (publish, subscriber), `p * S + i`.
+    copies: Vec<u8>,
+    /// Subscribers still waited for, per publish.
+    waiting: Vec<u32>,
+    /// Per publish: (LastCursor, PreviousCursor, TotalItems) of the first copy.
+    headers: Vec<Option<(Option<String>, Option<String>, Option<String>)>>,
+    /// Copies whose headers differ from the first copy's.
+    header_mismatches: u64,
+    /// Copies without SHIM headers.
+    no_headers: u64,
+    duplicates: u64,
+    /// Messages for JIDs we did not subscribe, items we did not publish, or not pushes.
+    unexpected: u64,
+}
+
+/// Which subscriber a push is for: `sub{i}@DOMAIN[/…]` with `i < subscribers`.
+fn subscriber_index(to: &str, domain: &str, subscribers: u32) -> Option<u32> {
+    let (local, rest) = to.split_once('@')?;
+    let host = rest.split('/').next()?;
+    let i: u32 = local.strip_prefix("sub")?.parse().ok()?;
+    (host == domain && i < subscribers).then_some(i)
+}
+
+/// Counts pushes until `stop` fires; tells `done` when a publish has reached everyone.
+async fn collect(
+    mut inbox: Inbox,
+    domain: String,
+    prefix: String,
+    subscribed: Vec<bool>,
+    publishes: u32,
+    done: mpsc::UnboundedSender<(u32, Instant)>,
+    mut stop: oneshot::Receiver<()>,
+) -> Seen {
+    let s = subscribed.len();
+    let expected = subscribed.iter().filter(|&&b| b).count() as u32;
+    let mut seen = Seen {
+        copies: vec![0; s * publishes as usize],
+        waiting: vec![expected; publishes as usize],
+        headers: vec![None; publishes as usize],
+        ..Default::default()
+    };
+    let item_prefix = format!("{prefix}-");
+    loop {
+        let el: Element = tokio::select! {
+            el = inbox.0.recv() => match el { Some(el) => el, None => break },
+            _ = &mut stop => break,
+        };
+        let now = Instant::now();
+        let to = el.attr("to").and_then(|to| subscriber_index(to, &domain, s as u32));
+        let facts = if el.name() == "message" { push_facts(&el) } else { None };
+        let p = facts.as_ref().and_then(|f| f.item.strip_prefix(&item_prefix)?.parse::<u32>().ok());
+        let (Some(i), Some(facts), Some(p)) = (to, facts, p) else {
+            seen.unexpected += 1;
+            continue;
+        };
+        if p >= publishes || !subscribed[i as usize] {
+            seen.unexpected += 1;
+            continue;
+        }
+        let slot = &mut seen.copies[p as usize * s + i as usize];
+        *slot = slot.saturating_add(1);
+        if *slot > 1 {
+            seen.duplicates += 1;
+            continue;
+        }
+        let h = (facts.last_cursor, facts.previous_cursor, facts.total_items);
+        if h.0.is_none() || h.2.is_none() {
+            seen.no_headers += 1;
+        }
+        match &seen.headers[p as usize] {
+            None => seen.headers[p as usize] = Some(h),
+            Some(first) if *first != h => seen.header_mismatches += 1,
+            Some(_) => {}
+        }
+        let waiting = &mut seen.waiting[p as usize];
+        *waiting -= 1;
+        if *waiting == 0 {
+            let _ = done.send((p, now));
+        }
+    }
+    seen
+}
+
+/// Subscribes (or unsubscribes) sub0…sub{n-1}; the outcome of each.
+/// No new request starts after `deadline`.
+async fn subscriptions(ctx: &Ctx, op: &'static str, who: &[u32], deadline: Instant) -> (Tally, Vec<bool>) {
+    let c = &ctx.common;
+    let outcomes = std::cell::RefCell::new(vec![false; who.len()]);
+    let tally = pool::run_indexed(who.len() as u64, c.in_flight, deadline, |k| {
+        let jid = format!("sub{}@{}", who[k as usize], c.component);
+        let payload = subscription(op, &c.node, &jid);
+        let outcomes = &outcomes;
+        async move {
+            let t0 = Instant::now();
+            let reply = ctx.link.iq("set", Some(&jid), &c.service, &payload, ctx.timeout()).await;
+            let latency = t0.elapsed();
+            outcome(&reply.map_err(|e| e.to_string())?)?;
+            outcomes.borrow_mut()[k as usize] = true;
+            Ok(latency)
+        }
+    })
+    .await;
+    (tally, outcomes.into_inner())
+}
+
+/// Publishes item `p` and waits for its ack and for the collector to report it complete.
+/// Returns the ack outcome and, when every subscriber got it, the time to the last copy.
+async fn publish_one(
+    ctx: &Ctx,
+    payload: &str,
+    from: Option<&str>,
+    p: u32,
+    done: &mut mpsc::UnboundedReceiver<(u32, Instant)>,
+) -> (Result<Duration, String>, Option<Duration>) {
+    let sent = Instant::now();
+    let ack = ctx.link.iq("set", from, &ctx.common.service, payload, ctx.timeout());
+    tokio::pin!(ack);
+    let give_up = tokio::time::sleep(ctx.timeout());
+    tokio::pin!(give_up);
+    let (mut acked, mut complete) = (None, None);
+    while acked.is_none() || complete.is_none() {
+        tokio::select! {
+            reply = &mut ack, if acked.is_none() => {
+                let latency = sent.elapsed();
+                let result = reply.map_err(|e| e.to_string()).and_then(|r| outcome(&r)).map(|()| latency);
+                let failed = result.is_err();
+                acked = Some(result);
+                if failed {
+                    break;
+                }
+            }
+            d = done.recv(), if complete.is_none() => match d {
+                Some((q, at)) if q == p => complete = Some(at.duration_since(sent)),
+                Some(_) => {}
+                None => break,
+            },
+            _ = &mut give_up => break,
+        }
+    }
+    (acked.unwrap_or_else(|| Err("timeout".into())), complete)
+}
+
+/// Checks that the pushes chain: `PreviousCursor` of each is the `LastCursor` of the one
+/// before, and `TotalItems` grows by one. Counts the breaks.
+fn chain_breaks(seen: &Seen) -> u64 {
+    let mut breaks = 0;
+    for pair in seen.headers.windows(2) {
+        let (Some((last, _, total)), Some((_, prev, next_total))) = (&pair[0], &pair[1]) else { continue };
+        let count = |t: &Option<String>| t.as_deref().and_then(|t| t.parse::<u64>().ok());
+        if prev != last || count(next_total) != count(total).map(|t| t + 1) {
+            breaks += 1;
+        }
+    }
+    breaks
+}
+
+pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, String> {
+    let c = &ctx.common;
+    let prefix = args.prefix.clone().unwrap_or_else(|| default_prefix("f"));
+    let all: Vec<u32> = (0..args.subscribers).collect();
+
+    let sub_started = Instant::now();
+    let (mut sub_tally, subscribed) = subscriptions(ctx, "subscribe", &all, ctx.deadline).await;
+    let sub_elapsed = sub_started.elapsed();
+    let n_subscribed = subscribed.iter().filter(|&&b| b).count() as u64;
+    if n_subscribed == 0 {
+        return Err(format!("no subscription succeeded: {}", sub_tally.error_kinds()));
+    }
+
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let collector = tokio::spawn(collect(
+        inbox,
+        c.component.clone(),
+        prefix.clone(),
+        subscribed.clone(),
+        args.publishes,
+        done_tx,
+        stop_rx,
+    ));
+
+    let cpu = ctx.cpu_window();
+    let started = Instant::now();
+    let (mut acks, mut fanouts) = (Tally::default(), Tally::default());
+    let mut published = 0u32;
+    for p in 0..args.publishes {
+        if !ctx.open() {
+            break;
+        }
+        let payload = publish(&c.node, &format!("{prefix}-{p}"), &format!("Fan-out item {p}"), 0);
+        let (ack, complete) = publish_one(ctx, &payload, args.from.as_deref(), p, &mut done_rx).await;
+        published = p + 1;
+        match ack {
+            Ok(latency) => acks.ok(latency),
+            Err(kind) => {
+                acks.error(kind.clone());
+                fanouts.error(format!("publish failed: {kind}"));
+                continue;
+            }
+        }
+        match complete {
+            Some(latency) => fanouts.ok(latency),
+            None => fanouts.error("not every subscriber notified within --timeout"),
+        }
+    }
+    let elapsed = started.elapsed();
+    let cpu = cpu.finish();
+    tokio::time::sleep(Duration::from_secs_f64(args.settle.clamp(0.0, 60.0))).await;
+    let _ = stop_tx.send(());
+    let seen = collector.await.map_err(|e| format!("collector task failed: {e}"))?;
+
+    let expected = acks.lat_us.len() as u64 * n_subscribed;
+    let delivered = seen.copies.iter().filter(|&&n| n > 0).count() as u64;
+    let breaks = chain_breaks(&seen);
+    for (kind, n) in [
+        ("duplicate notifications", seen.duplicates),
+        ("unexpected stanzas", seen.unexpected),
+        ("pushes without SHIM headers", seen.no_headers),
+        ("copies with headers unlike the first copy's", seen.header_mismatches),
+        ("header chain breaks", breaks),
+    ] {
+        if n > 0 {
+            *fanouts.errors.entry(kind.to_string()).or_default() += n;
+        }
+    }
+
+    let (unsub_tally, unsub_elapsed) = if args.keep_subscriptions {
+        (Tally::default(), Duration::ZERO)
+    } else {
+        let who: Vec<u32> = all.iter().copied().filter(|&i| subscribed[i as usize]).collect();
+        // Clean-up gets its own time budget, as long as the run's.
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_secs_f64(c.duration);
+        (subscriptions(ctx, "unsubscribe", &who, deadline).await.0, t0.elapsed())
+    };
+
+    let mut report = ctx.report("fanout");
+    // ops and rate are notifications; the latencies are per publish, to the last copy.
+    report.standard(delivered, &mut fanouts, elapsed, &cpu);
+    report.int("subscribers", n_subscribed);
+    report.int("publishes", published.into());
+    report.int("publish_errors", acks.error_count());
+    report.int("expected", expected);
+    report.int("missing", expected.saturating_sub(delivered));
+    report.int("duplicates", seen.duplicates);
+    report.int("unexpected", seen.unexpected);
+    report.int("header_chain_breaks", breaks);
+    let ack = percentiles(&mut acks.lat_us);
+    report.num("ack_p50_ms", ack.map(|p| p.p50));
+    report.num("ack_p99_ms", ack.map(|p| p.p99));
+    report.num("subscribe_rate", Some(sub_tally.lat_us.len() as f64 / sub_elapsed.as_secs_f64()));
+    report.num("subscribe_p99_ms", percentiles(&mut sub_tally.lat_us).map(|p| p.p99));
+    report.int("subscribe_errors", sub_tally.error_count());
+    if !args.keep_subscriptions {
+        report.num("unsubscribe_s", Some(unsub_elapsed.as_secs_f64()));
+        report.int("unsubscribe_errors", unsub_tally.error_count());
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscriber_jids_map_to_indexes() {
+        assert_eq!(subscriber_index("sub7@bench.localhost", "bench.localhost", 10), Some(7));
+        assert_eq!(subscriber_index("sub7@bench.localhost/r", "bench.localhost", 10), Some(7));
+        assert_eq!(subscriber_index("sub10@bench.localhost", "bench.localhost", 10), None);
+        assert_eq!(subscriber_index("sub1@other", "bench.localhost", 10), None);
+        assert_eq!(subscriber_index("bench.localhost", "bench.localhost", 10), None);
+    }
+
+    #[test]
+    fn header_chain_checks_cursor_and_count() {
+        let h = |last: &str, prev: Option<&str>, total: u64| {
+            Some((Some(last.to_string()), prev.map(String::from), Some(total.to_string())))
+        };
+        let good = Seen {
+            headers: vec![h("a", None, 1), h("b", Some("a"), 2), None, h("d", Some("c"), 9)],
+            ..Default::default()
+        };
+        assert_eq!(chain_breaks(&good), 0);
+        let bad =
+            Seen { headers: vec![h("a", None, 1), h("b", Some("x"), 2), h("c", Some("b"), 4)], ..Default::default() };
+        assert_eq!(chain_breaks(&bad), 2);
+    }
+}

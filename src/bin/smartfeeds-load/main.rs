@@ -1,0 +1,252 @@
+//! `smartfeeds-load`: drives any XEP-0060 pubsub service over a real XMPP server and
+//! measures it end to end.
+//!
+//! It connects to the server as an external component (XEP-0114, `bench.localhost` by
+//! default), so no client accounts are needed: a component may send from any JID of its
+//! domain, which gives the tool as many subscriber identities as it wants
+//! (`sub{i}@bench.localhost`). The service sees the bare JID `bench.localhost` as the
+//! sender of publishes, so smartfeeds must list it in `admins` (or the feed's `publishers`):
+//! `Service::may` compares the sender's bare JID string, and a component domain's bare JID
+//! is the domain itself.
+//!
+//! Modes: `pull` (pages, RSM or `max_items`), `publish` (Atom entries), `fanout` (pushes to
+//! many subscribers), and `table` (prints JSON lines of earlier runs as one table). Every run
+//! prints one JSON line on stdout and a readable table on stderr. Work is bounded by counts
+//! and by `--duration`, and only loopback servers are accepted.
+//!
+//! The runtime is single-threaded unless `--threads` says otherwise: on a small machine the
+//! tool then takes at most one core from the service and server it measures, and its own CPU
+//! time is reported (`tool_cpu_s`) so a saturated load generator is visible.
+
+mod fanout;
+mod link;
+mod pool;
+mod procstat;
+mod publish;
+mod pull;
+mod report;
+mod stanzas;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+
+use link::Link;
+use report::Report;
+
+/// Load generator for XEP-0060 pubsub services (smartfeeds, Prosody's mod_pubsub, …),
+/// connecting as an XEP-0114 component.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// Pull pages: K walkers page through the node with RSM `after` (or ask `max_items`).
+    Pull {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: pull::PullArgs,
+    },
+    /// Publish Atom entries, K in flight.
+    Publish {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: publish::PublishArgs,
+    },
+    /// Subscribe S JIDs of our domain, publish P items one at a time, time each fan-out.
+    Fanout {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: fanout::FanoutArgs,
+    },
+    /// Print JSON lines of earlier runs (files, or stdin) as one table.
+    Table {
+        /// Files of JSON lines; stdin when none.
+        files: Vec<PathBuf>,
+    },
+}
+
+/// What every load mode needs.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// The XMPP server's component port (loopback only).
+    #[arg(long, default_value = "127.0.0.1:5347")]
+    server: SocketAddr,
+    /// Our component domain, as the server's configuration names it.
+    #[arg(long, default_value = "bench.localhost")]
+    component: String,
+    /// The component's shared secret.
+    #[arg(long, default_value = "secret")]
+    secret: String,
+    /// The pubsub service's JID.
+    #[arg(long, default_value = "feeds.localhost")]
+    service: String,
+    /// The node (smartfeeds: a feed name, or FEED?QUERY for pulls and subscriptions).
+    #[arg(long, default_value = "load")]
+    node: String,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    in_flight: u32,
+    /// Stop issuing requests after this many seconds (in-flight ones still finish).
+    #[arg(long, default_value_t = 120.0)]
+    duration: f64,
+    /// Seconds to wait for any one reply (or, in fanout, for one publish's notifications).
+    #[arg(long, default_value_t = 30.0)]
+    timeout: f64,
+    /// The service's process id: its CPU time over the run is reported.
+    #[arg(long)]
+    service_pid: Option<u32>,
+    /// The XMPP server's process id: its CPU time over the run is reported.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Worker threads of the tool's runtime (1: everything on one thread).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    threads: u32,
+    /// A label copied into the JSON line.
+    #[arg(long)]
+    label: Option<String>,
+}
+
+/// A connected run: the link, the options, and when to stop issuing work.
+pub struct Ctx {
+    pub link: Arc<Link>,
+    pub common: Common,
+    pub deadline: Instant,
+}
+
+impl Ctx {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.common.timeout)
+    }
+
+    /// Whether new work may still start.
+    pub fn open(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    /// Starts measuring the CPU of the service, the server and this tool.
+    pub fn cpu_window(&self) -> procstat::CpuWindow {
+        procstat::CpuWindow::start(&[self.common.service_pid, self.common.server_pid, Some(std::process::id())])
+    }
+
+    /// A report for `mode` with the run's settings.
+    pub fn report(&self, mode: &str) -> Report {
+        let mut r = Report::new(mode);
+        if let Some(label) = &self.common.label {
+            r.str("label", label);
+        }
+        r.str("service", &self.common.service);
+        r.str("node", &self.common.node);
+        r.int("in_flight", self.common.in_flight.into());
+        r
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (common, mode) = match cli.mode {
+        Mode::Table { files } => return print_table(&files),
+        Mode::Pull { common, args } => (common, Run::Pull(args)),
+        Mode::Publish { common, args } => (common, Run::Publish(args)),
+        Mode::Fanout { common, args } => (common, Run::Fanout(args)),
+    };
+    if !common.server.ip().is_loopback() {
+        eprintln!("smartfeeds-load: --server {} is not a loopback address; refusing", common.server);
+        return ExitCode::from(2);
+    }
+    if !(common.duration > 0.0 && common.duration <= 86_400.0 && common.timeout > 0.0 && common.timeout <= 3600.0) {
+        eprintln!("smartfeeds-load: --duration must be in (0, 86400] and --timeout in (0, 3600] seconds");
+        return ExitCode::from(2);
+    }
+    let rt = if common.threads == 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(common.threads as usize).enable_all().build()
+    };
+    let rt = match rt {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("smartfeeds-load: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(common, mode)) {
+        Ok(report) => {
+            eprint!("{}", report.table());
+            println!("{}", report.json());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("smartfeeds-load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+enum Run {
+    Pull(pull::PullArgs),
+    Publish(publish::PublishArgs),
+    Fanout(fanout::FanoutArgs),
+}
+
+async fn run(common: Common, mode: Run) -> Result<Report, String> {
+    let (link, inbox) = Link::connect(common.server, &common.component, &common.secret)
+        .await
+        .map_err(|e| format!("cannot log in as {} at {}: {e}", common.component, common.server))?;
+    let deadline = Instant::now() + Duration::from_secs_f64(common.duration);
+    let ctx = Ctx { link, common, deadline };
+    let result = match mode {
+        Run::Fanout(args) => fanout::run(&ctx, &args, inbox).await,
+        other => {
+            // Nothing is expected in the inbox; do not let strays pile up.
+            let mut inbox = inbox;
+            tokio::spawn(async move { while inbox.0.recv().await.is_some() {} });
+            match other {
+                Run::Pull(args) => pull::run(&ctx, &args).await,
+                Run::Publish(args) => publish::run(&ctx, &args).await,
+                Run::Fanout(_) => unreachable!("handled above"),
+            }
+        }
+    };
+    if let Some(why) = ctx.link.closed_reason() {
+        eprintln!("smartfeeds-load: the stream ended during the run: {why}");
+    }
+    ctx.link.close();
+    // Give the writer a moment to send the footer.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    result
+}
+
+fn print_table(files: &[PathBuf]) -> ExitCode {
+    let text = if files.is_empty() {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("stdin: {e}"))
+    } else {
+        files
+            .iter()
+            .map(|f| std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display())))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|t| t.join("\n"))
+    };
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("smartfeeds-load: cannot read {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runs: Vec<_> =
+        text.lines().filter(|l| l.trim_start().starts_with('{')).filter_map(report::parse_line).collect();
+    print!("{}", report::combined_table(&runs));
+    ExitCode::SUCCESS
+}
