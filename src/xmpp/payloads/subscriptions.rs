@@ -50,7 +50,7 @@ mod tests {
         };
         let el = in_pubsub(SubscriptionList { node: None, subscriptions: vec![s.clone()] });
         let xml = String::from(&el);
-        assert!(xml.contains("node=\"c?order=modified\"") && xml.contains("subscription=\"subscribed\""), "{xml}");
+        assert!(xml.contains("node='c?order=modified'") && xml.contains("subscription='subscribed'"), "{xml}");
         let back = SubscriptionList::try_from(el.get_child("subscriptions", ns::PUBSUB).unwrap().clone()).unwrap();
         assert_eq!(back.subscriptions, vec![s]);
     }
