@@ -14,6 +14,8 @@ pub mod client;
 pub mod component;
 pub mod connection;
 pub mod prosody;
+pub mod pubsub;
+pub mod smartfeeds;
 pub mod xml;
 
 pub use client::Client;

@@ -1,0 +1,213 @@
+//! End to end, service discovery (SPEC §7, XEP-0030): a real Prosody and the real
+//! `smartfeeds` binary with configured feeds, shared by the tests of this file (none of
+//! which publishes, so the list of feeds is fixed).
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::panic::AssertUnwindSafe;
+use std::sync::OnceLock;
+
+use common::pubsub::*;
+use common::smartfeeds::Fixture;
+use common::{Client, stanza_type, to_xml, xml};
+use minidom::Element;
+
+const COMPONENT: &str = "feeds.localhost";
+const TABLES: &str = r#"
+[[feeds]]
+name = "alpha"
+title = "Alpha"
+description = "The first feed"
+publishers = ["bot@localhost"]
+
+[[feeds]]
+name = "beta"
+title = "Beta"
+
+[[feeds]]
+name = "gamma"
+title = "Gamma"
+
+[[feeds]]
+name = "delta"
+title = "Delta"
+
+[[feeds]]
+name = "epsilon"
+title = "Epsilon"
+
+[[feeds]]
+name = "hidden"
+title = "Hidden"
+access = "whitelist"
+allowed = ["bob@localhost"]
+"#;
+const OPEN_FEEDS: [&str; 5] = ["alpha", "beta", "delta", "epsilon", "gamma"];
+
+static FIXTURE: OnceLock<Result<Fixture, String>> = OnceLock::new();
+
+fn fixture() -> &'static Fixture {
+    let fx = FIXTURE.get_or_init(|| {
+        std::panic::catch_unwind(AssertUnwindSafe(|| Fixture::start(TABLES))).map_err(|panic| {
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "start-up panicked".into())
+        })
+    });
+    match fx {
+        Ok(fx) => fx,
+        Err(e) => panic!("the shared fixture could not be set up: {e}"),
+    }
+}
+
+async fn login(name: &str) -> Client {
+    fixture().prosody.login(name).await
+}
+
+fn info_iq(node: Option<&str>) -> Element {
+    let node = node.map(|n| format!(r#" node="{}""#, esc(n))).unwrap_or_default();
+    xml(&format!(r#"<iq type="get" to="{COMPONENT}"><query xmlns="{DISCO_INFO}"{node}/></iq>"#))
+}
+
+/// The `<query/>` of a disco result, after checking the envelope.
+#[track_caller]
+fn query<'a>(reply: &'a Element, ns: &str) -> &'a Element {
+    let raw = to_xml(reply);
+    assert_eq!(stanza_type(reply), "result", "{raw}");
+    assert_eq!(reply.attr("from"), Some(COMPONENT), "{raw}");
+    reply.get_child("query", ns).unwrap_or_else(|| panic!("no <query xmlns={ns}/> in {raw}"))
+}
+
+fn features(q: &Element) -> BTreeSet<String> {
+    q.children().filter(|c| c.is("feature", DISCO_INFO)).filter_map(|f| f.attr("var")).map(String::from).collect()
+}
+
+fn identities(q: &Element) -> Vec<(String, String)> {
+    q.children()
+        .filter(|c| c.is("identity", DISCO_INFO))
+        .map(|i| (i.attr("category").unwrap_or("").to_string(), i.attr("type").unwrap_or("").to_string()))
+        .collect()
+}
+
+/// The fields of the data form with this FORM_TYPE: var -> values.
+fn form(q: &Element, form_type: &str) -> Option<HashMap<String, Vec<String>>> {
+    q.children().filter(|c| c.is("x", DATA_FORMS)).find_map(|x| {
+        let fields: HashMap<String, Vec<String>> = x
+            .children()
+            .filter(|f| f.is("field", DATA_FORMS))
+            .filter_map(|f| {
+                let values = f.children().filter(|v| v.is("value", DATA_FORMS)).map(|v| v.text()).collect();
+                f.attr("var").map(|var| (var.to_string(), values))
+            })
+            .collect();
+        (fields.get("FORM_TYPE") == Some(&vec![form_type.to_string()])).then_some(fields)
+    })
+}
+
+#[tokio::test]
+async fn the_component_is_a_pubsub_service_with_rsm_and_shim() {
+    let mut alice = login("alice").await;
+    let reply = alice.iq(info_iq(None)).await;
+    let q = query(&reply, DISCO_INFO);
+    assert!(identities(q).contains(&("pubsub".into(), "service".into())), "{}", to_xml(&reply));
+    let got = features(q);
+    let mut want = vec![DISCO_INFO.to_string(), PUBSUB.to_string(), RSM.to_string(), SHIM.to_string()];
+    for f in ["retrieve-items", "subscribe", "retrieve-subscriptions", "publish", "retract-items", "meta-data", "rsm"] {
+        want.push(format!("{PUBSUB}#{f}"));
+    }
+    for f in want {
+        assert!(got.contains(&f), "feature {f} is announced: {}", to_xml(&reply));
+    }
+
+    // XEP-0131 §3.2: the headers it sends, on the SHIM node.
+    let reply = alice.iq(info_iq(Some(SHIM))).await;
+    let q = query(&reply, DISCO_INFO);
+    assert_eq!(q.attr("node"), Some(SHIM), "the reply names the node: {}", to_xml(&reply));
+    let got = features(q);
+    for header in ["TotalItems", "PreviousCursor", "LastCursor"] {
+        assert!(got.contains(&format!("{SHIM}#{header}")), "{header}: {}", to_xml(&reply));
+    }
+}
+
+#[tokio::test]
+async fn every_view_is_a_leaf_node_with_meta_data() {
+    let mut alice = login("alice").await;
+    for node in ["alpha", "alpha?order=modified", "alpha?author=someone&order=-created", "alpha?category=x"] {
+        let reply = alice.iq(info_iq(Some(node))).await;
+        let q = query(&reply, DISCO_INFO);
+        let raw = to_xml(&reply);
+        assert_eq!(q.attr("node"), Some(node), "the reply names the node as asked: {raw}");
+        assert!(identities(q).contains(&("pubsub".into(), "leaf".into())), "{raw}");
+        let meta = form(q, &format!("{PUBSUB}#meta-data")).unwrap_or_else(|| panic!("a meta-data form: {raw}"));
+        assert_eq!(meta.get("pubsub#title"), Some(&vec!["Alpha".to_string()]), "{raw}");
+        assert_eq!(meta.get("pubsub#description"), Some(&vec!["The first feed".to_string()]), "{raw}");
+        assert_eq!(meta.get("pubsub#type"), Some(&vec![ATOM.to_string()]), "{raw}");
+    }
+    // Another feed has its own title.
+    let reply = alice.iq(info_iq(Some("gamma"))).await;
+    let meta = form(query(&reply, DISCO_INFO), &format!("{PUBSUB}#meta-data")).expect("form");
+    assert_eq!(meta.get("pubsub#title"), Some(&vec!["Gamma".to_string()]), "{}", to_xml(&reply));
+
+    // A node that names no view.
+    for (node, names) in [("no-such-feed", "no-such-feed"), ("alpha?sort=x", "sort"), ("alpha?order=up", "order")] {
+        let reply = alice.iq(info_iq(Some(node))).await;
+        let text = assert_error(&reply, "item-not-found", None);
+        assert!(text.contains(names), "the text for {node} names {names:?}: {text}");
+    }
+}
+
+/// The feeds of a disco#items reply, after checking every item is ours.
+#[track_caller]
+fn listed(reply: &Element) -> Vec<String> {
+    let q = query(reply, DISCO_ITEMS);
+    q.children()
+        .filter(|c| c.is("item", DISCO_ITEMS))
+        .map(|i| {
+            assert_eq!(i.attr("jid"), Some(COMPONENT), "items are nodes of the component: {}", to_xml(reply));
+            i.attr("node").unwrap_or_else(|| panic!("an item names its feed: {}", to_xml(reply))).to_string()
+        })
+        .collect()
+}
+
+fn items_iq(set: &str) -> Element {
+    xml(&format!(r#"<iq type="get" to="{COMPONENT}"><query xmlns="{DISCO_ITEMS}">{set}</query></iq>"#))
+}
+
+#[tokio::test]
+async fn the_component_lists_the_feeds_each_user_may_read() {
+    for (user, extra) in [("alice", None), ("bob", Some("hidden"))] {
+        let mut client = login(user).await;
+        let mut want: BTreeSet<String> = OPEN_FEEDS.iter().map(|s| s.to_string()).collect();
+        want.extend(extra.map(String::from));
+
+        let reply = client.iq(items_iq("")).await;
+        let all = listed(&reply);
+        assert_eq!(all.len(), want.len(), "one item per feed for {user}: {all:?}");
+        assert_eq!(all.iter().cloned().collect::<BTreeSet<_>>(), want, "{user}");
+
+        // Paged with RSM: two at a time, after the previous page's <last>.
+        let mut seen = Vec::new();
+        let mut set = format!(r#"<set xmlns="{RSM}"><max>2</max></set>"#);
+        for _ in 0..10 {
+            let reply = client.iq(items_iq(&set)).await;
+            let page = listed(&reply);
+            assert!(page.len() <= 2, "max is respected: {}", to_xml(&reply));
+            if page.is_empty() {
+                break;
+            }
+            seen.extend(page);
+            let last = reply
+                .get_child("query", DISCO_ITEMS)
+                .and_then(|q| q.get_child("set", RSM))
+                .and_then(|s| s.get_child("last", RSM))
+                .map(|l| l.text())
+                .unwrap_or_else(|| panic!("a page has an RSM <last>: {}", to_xml(&reply)));
+            set = format!(r#"<set xmlns="{RSM}"><max>2</max><after>{}</after></set>"#, esc(&last));
+        }
+        assert_eq!(seen.len(), want.len(), "every feed once for {user}: {seen:?}");
+        assert_eq!(seen.into_iter().collect::<BTreeSet<_>>(), want, "{user}");
+    }
+}
