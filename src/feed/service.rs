@@ -193,7 +193,7 @@ impl<S: Store> Service<S> {
         id: Option<String>,
         entry: Entry,
     ) -> Result<String, FeedError> {
-        let feed_name = self.publish_target(actor, node)?;
+        let feed_name = self.publish_target(actor, node).await?;
         let limit = self.config.limits.max_payload_bytes;
         if entry.xml.len() > limit {
             return Err(FeedError::PayloadTooBig { size: entry.xml.len(), limit });
@@ -238,7 +238,7 @@ impl<S: Store> Service<S> {
 
     /// Retracts an item: it stays as a tombstone. Retracting a tombstone changes nothing.
     pub async fn retract(&self, actor: &str, node: &str, id: String) -> Result<(), FeedError> {
-        let feed_name = self.publish_target(actor, node)?;
+        let feed_name = self.publish_target(actor, node).await?;
         let config = self.config.clone();
         let now = (self.clock)();
         self.store
@@ -267,10 +267,19 @@ impl<S: Store> Service<S> {
     /// The feed a publish or retract goes to, after checking the node and authorisation.
     /// The glue asks this before it looks at the payload, so an unauthorised sender learns
     /// nothing about what the service accepts.
-    pub fn publish_target(&self, actor: &str, node: &str) -> Result<String, FeedError> {
+    /// An unknown feed is `item-not-found` before anything else, unless an admin may create
+    /// it by publishing (`autocreate`).
+    pub async fn publish_target(&self, actor: &str, node: &str) -> Result<String, FeedError> {
         let name = NodeName::parse(node)?;
         if name.order.is_some() || !name.filter.is_empty() {
             return Err(FeedError::BadRequest("publish and retract go to the feed itself, without parameters".into()));
+        }
+        // Configured feeds exist from start-up on; others were created by an admin's publish.
+        if self.config.feed(&name.feed).is_none() && !(self.config.autocreate && self.is_admin(actor)) {
+            let feed = name.feed.clone();
+            if self.store.read(move |tx| Ok(tx.feed(&feed)?)).await?.is_none() {
+                return Err(FeedError::NodeNotFound(format!("no such feed: {}", name.feed)));
+            }
         }
         self.may(actor, Action::Publish, &self.policy(&name.feed))?;
         Ok(name.feed)

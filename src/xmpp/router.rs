@@ -158,7 +158,7 @@ impl<S: Store> Router<S> {
         let [item] = &req.publish.items[..] else {
             return Err(bad_request_app("publish exactly one <item/>", App::ItemRequired));
         };
-        self.svc.publish_target(actor, &node).map_err(fail)?;
+        self.svc.publish_target(actor, &node).await.map_err(fail)?;
         let entry = item.entry().map_err(|e| fail(FeedError::InvalidPayload(e.to_string())))?;
         let id = self.svc.publish(actor, &node, item.id.clone(), entry).await.map_err(fail)?;
         Ok(Some(publish_result(&node, &id).into()))
