@@ -6,10 +6,11 @@ use crate::component::{self, Inbound, LinkConfig, Outbound};
 use crate::config::Config;
 use crate::feed::service::{Service, system_clock};
 use crate::limiter::{Admission, Limiter};
+use crate::metrics::Metrics;
 use crate::store::sqlite::SqliteStore;
 use crate::xmpp::errors::{resource_constraint, service_unavailable};
-use crate::xmpp::notify::{Notifier, PushStats, change_sink};
-use crate::xmpp::router::Router;
+use crate::xmpp::notify::{Notifier, change_sink};
+use crate::xmpp::router::{Router, request_kind};
 use anyhow::Context;
 use jid::Jid;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +33,7 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// never blocks the connection loop.
 struct Dispatcher {
     router: Router<SqliteStore>,
+    metrics: Arc<Metrics>,
     limiter: Limiter,
     admins: Vec<String>,
     notifier: Arc<Notifier<SqliteStore>>,
@@ -61,8 +63,15 @@ impl Dispatcher {
                     tokio::spawn(async move { out.send(reply.into()).await });
                 }
             }
-            Inbound::Connected { n } => tracing::debug!(logins = n, "link up"),
-            Inbound::Disconnected { reason } => tracing::debug!(%reason, "link down"),
+            Inbound::Connected { n } => {
+                tracing::debug!(logins = n, "link up");
+                self.metrics.connected.set(1);
+                self.metrics.connects.inc();
+            }
+            Inbound::Disconnected { reason } => {
+                tracing::debug!(%reason, "link down");
+                self.metrics.connected.set(0);
+            }
         }
     }
 
@@ -103,7 +112,15 @@ impl Dispatcher {
                 tokio::time::sleep(wait).await;
             }
             let Ok(_slot) = this.slots.clone().acquire_owned().await else { return };
+            let (kind, started) = (request_kind(&iq), std::time::Instant::now());
             if let Some(reply) = this.router.handle_iq(iq).await {
+                let outcome = match &reply {
+                    Iq::Error { error, .. } => {
+                        minidom::Element::from(error.defined_condition.clone()).name().to_string()
+                    }
+                    _ => "ok".to_string(),
+                };
+                this.metrics.request(kind, outcome, started.elapsed());
                 let _ = out.send(reply.into()).await;
             }
         });
@@ -128,17 +145,32 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(dir) = config.store.path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let stats = Arc::new(PushStats::default());
+    let metrics = Arc::new(Metrics::new());
     let (change_tx, change_rx) = mpsc::channel(config.push.backlog);
-    let store = SqliteStore::open(&config.store.path, Some(change_sink(change_tx, stats.clone())))
+    let weak_changes = change_tx.downgrade();
+    let store = SqliteStore::open(&config.store.path, Some(change_sink(change_tx, metrics.clone())))
         .with_context(|| format!("opening the store {}", config.store.path.display()))?;
-    let notifier = Arc::new(Notifier::new(store.clone(), me.clone(), config.push.bounce_limit, stats));
+    let notifier = Arc::new(Notifier::new(store.clone(), me.clone(), config.push.bounce_limit, metrics.clone()));
     let svc = Service::new(store, config.clone(), system_clock());
     svc.init().await.context("creating the configured feeds")?;
     tracing::info!(db = %config.store.path.display(), feeds = config.feeds.len(), "store ready");
 
     let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
     let (push_tx, push_rx) = mpsc::channel(config.push.queue);
+    if let Some(addr) = config.metrics.listen {
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("metrics.listen {addr}"))?;
+        tracing::info!(%addr, "metrics at http://{addr}/metrics");
+        let queues = [("replies", out_tx.downgrade()), ("pushes", push_tx.downgrade())];
+        let refresh = move |m: &Metrics| {
+            for (queue, weak) in &queues {
+                let depth = weak.upgrade().map_or(0, |s| s.max_capacity() - s.capacity());
+                m.queue_depth.get_or_create(&crate::metrics::QueueLabel { queue }).set(depth as i64);
+            }
+            let depth = weak_changes.upgrade().map_or(0, |s| s.max_capacity() - s.capacity());
+            m.queue_depth.get_or_create(&crate::metrics::QueueLabel { queue: "changes" }).set(depth as i64);
+        };
+        tokio::spawn(crate::metrics::serve(listener, metrics.clone(), Arc::new(refresh)));
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let n = notifier.clone();
     let fanout = tokio::spawn(async move { n.run(change_rx, push_tx, stop_rx).await });
@@ -150,6 +182,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             config.limits.request_backlog,
         ),
         admins: config.admins.clone(),
+        metrics,
         notifier,
         out: Mutex::new(Some(out_tx)),
         slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT as usize)),

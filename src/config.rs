@@ -24,7 +24,17 @@ pub struct Config {
     #[serde(default)]
     pub push: PushConfig,
     #[serde(default)]
+    pub metrics: MetricsConfig,
+    #[serde(default)]
     pub feeds: Vec<FeedConfig>,
+}
+
+/// The Prometheus endpoint.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// A loopback `ip:port` to serve `GET /metrics` on; off when absent.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// How pushes are queued (see `xmpp::notify` for the policy).
@@ -225,6 +235,11 @@ impl Config {
         }
         if !(l.requests_per_second > 0.0 && l.request_burst >= 1.0 && l.request_backlog >= 0.0) {
             return bad("limits: need requests_per_second > 0, request_burst >= 1, request_backlog >= 0".into());
+        }
+        if let Some(addr) = self.metrics.listen
+            && !addr.ip().is_loopback()
+        {
+            return bad(format!("metrics.listen {addr} is not a loopback address (metrics are not for the network)"));
         }
         let p = &self.push;
         if p.backlog == 0 || p.queue == 0 || p.bounce_limit == 0 {

@@ -17,5 +17,6 @@ pub mod config;
 pub mod feed;
 pub mod limiter;
 pub mod logging;
+pub mod metrics;
 pub mod store;
 pub mod xmpp;

@@ -14,26 +14,13 @@ use super::payloads::shim::SyncHeaders;
 use super::payloads::{Headers, item_published, item_retracted, push_message};
 use super::router::payload_element;
 use crate::feed::{Change, FeedError, Payload};
+use crate::metrics::Metrics;
 use crate::store::{Store, Subscription};
 use jid::Jid;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_xmpp::Stanza;
-
-/// Push counters, for logs and metrics.
-#[derive(Debug, Default)]
-pub struct PushStats {
-    /// Messages handed to the link.
-    pub sent: AtomicU64,
-    /// Changes not pushed because the backlog was full.
-    pub dropped: AtomicU64,
-    /// Pushes that came back as errors.
-    pub bounced: AtomicU64,
-    /// Subscriptions removed after too many bounces.
-    pub removed: AtomicU64,
-}
 
 /// Fans changes out to subscribers.
 pub struct Notifier<S: Store> {
@@ -42,19 +29,20 @@ pub struct Notifier<S: Store> {
     /// After this many bounces in a row a JID's subscriptions are removed.
     bounce_limit: u32,
     bounces: Mutex<HashMap<String, u32>>,
-    pub stats: Arc<PushStats>,
+    metrics: Arc<Metrics>,
 }
 
 /// The store's change sink: hands changes that have subscribers to the notifier, never
 /// blocking the writer; drops them when the backlog is full.
-pub fn change_sink(tx: mpsc::Sender<Change>, stats: Arc<PushStats>) -> crate::store::ChangeSink {
+pub fn change_sink(tx: mpsc::Sender<Change>, metrics: Arc<Metrics>) -> crate::store::ChangeSink {
     Box::new(move |changes: Vec<Change>| {
         for change in changes {
             if change.views.is_empty() {
                 continue;
             }
             if tx.try_send(change).is_err() {
-                let n = stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                metrics.pushes_dropped.inc();
+                let n = metrics.pushes_dropped.get();
                 if n.is_power_of_two() {
                     tracing::warn!(
                         dropped = n,
@@ -67,8 +55,8 @@ pub fn change_sink(tx: mpsc::Sender<Change>, stats: Arc<PushStats>) -> crate::st
 }
 
 impl<S: Store> Notifier<S> {
-    pub fn new(store: S, me: Jid, bounce_limit: u32, stats: Arc<PushStats>) -> Self {
-        Notifier { store, me, bounce_limit, bounces: Mutex::new(HashMap::new()), stats }
+    pub fn new(store: S, me: Jid, bounce_limit: u32, metrics: Arc<Metrics>) -> Self {
+        Notifier { store, me, bounce_limit, bounces: Mutex::new(HashMap::new()), metrics }
     }
 
     /// Fans out changes until `stop` is set, then fans out what is already waiting and
@@ -104,7 +92,7 @@ impl<S: Store> Notifier<S> {
                 if out.send(m).await.is_err() {
                     return;
                 }
-                self.stats.sent.fetch_add(1, Ordering::Relaxed);
+                self.metrics.pushes_sent.inc();
             }
         }
     }
@@ -150,7 +138,7 @@ impl<S: Store> Notifier<S> {
 
     /// A push came back as an error from `from`. Permanent errors count towards removal.
     pub async fn bounced(&self, from: &Jid, permanent: bool) {
-        self.stats.bounced.fetch_add(1, Ordering::Relaxed);
+        self.metrics.pushes_bounced.inc();
         if !permanent {
             return;
         }
@@ -169,7 +157,7 @@ impl<S: Store> Notifier<S> {
         let removed = self.store.write(move |tx| Ok(tx.delete_subscriptions_of(&target)?)).await;
         match removed {
             Ok(n) => {
-                self.stats.removed.fetch_add(n, Ordering::Relaxed);
+                self.metrics.subscriptions_removed.inc_by(n);
                 tracing::warn!(%jid, bounces = count, removed = n, "pushes keep bouncing: unsubscribed");
             }
             Err(e) => tracing::error!(%jid, error = %e, "cannot remove the subscriptions of a bouncing JID"),

@@ -259,6 +259,26 @@ impl<S: Store> Router<S> {
     }
 }
 
+/// What kind of request an iq is, for metrics and logs.
+pub fn request_kind(iq: &Iq) -> &'static str {
+    let (Iq::Get { payload, .. } | Iq::Set { payload, .. }) = iq else { return "reply" };
+    match (payload.ns().as_str(), payload.name()) {
+        (ns::PING, _) => "ping",
+        (ns::DISCO_INFO, _) => "disco_info",
+        (ns::DISCO_ITEMS, _) => "disco_items",
+        (ns::PUBSUB, _) => match payload.children().find(|c| c.name() != "set").map(|c| c.name()) {
+            Some("items") => "items",
+            Some("publish") => "publish",
+            Some("retract") => "retract",
+            Some("subscribe") => "subscribe",
+            Some("unsubscribe") => "unsubscribe",
+            Some("subscriptions") => "subscriptions",
+            _ => "pubsub_other",
+        },
+        _ => "other",
+    }
+}
+
 /// A stored subscription as XEP-0060 shows it.
 fn state(s: &Subscription) -> SubscriptionState {
     SubscriptionState {

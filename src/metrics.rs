@@ -1,0 +1,187 @@
+//! Prometheus metrics: what the service does (requests by kind and outcome, latency), what
+//! push does (sent, dropped, bounced, queue depths), what the store does (commits, batch
+//! sizes, commit latency) and the link's state. Served as text on a loopback address.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// `items`, `publish`, `retract`, `subscribe`, … (see `xmpp::router::request_kind`).
+    pub kind: &'static str,
+    /// `ok`, or the stanza error condition.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    pub queue: &'static str,
+}
+
+/// Every metric, registered once.
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_seconds: Family<KindLabel, Histogram>,
+    pub pushes_sent: Counter,
+    pub pushes_dropped: Counter<u64, AtomicU64>,
+    pub pushes_bounced: Counter,
+    pub subscriptions_removed: Counter,
+    pub queue_depth: Family<QueueLabel, Gauge>,
+    pub store_commit_seconds: Histogram,
+    pub store_batch_size: Histogram,
+    pub connected: Gauge,
+    pub connects: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("smartfeeds");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register("requests", "iq requests served, by kind and outcome", requests.clone());
+        let request_seconds = Family::<KindLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+        });
+        registry.register("request_seconds", "time from receipt to reply, by kind", request_seconds.clone());
+        let pushes_sent = Counter::default();
+        registry.register("pushes_sent", "push messages handed to the server", pushes_sent.clone());
+        let pushes_dropped = Counter::default();
+        registry.register("pushes_dropped", "changes not pushed because the backlog was full", pushes_dropped.clone());
+        let pushes_bounced = Counter::default();
+        registry.register("pushes_bounced", "pushes that came back as errors", pushes_bounced.clone());
+        let subscriptions_removed = Counter::default();
+        registry.register(
+            "subscriptions_removed",
+            "subscriptions removed because their pushes kept bouncing",
+            subscriptions_removed.clone(),
+        );
+        let queue_depth = Family::<QueueLabel, Gauge>::default();
+        registry.register("queue_depth", "stanzas waiting, by queue (replies, pushes, changes)", queue_depth.clone());
+        let store_commit_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        registry.register(
+            "store_commit_seconds",
+            "time of one group commit, fsync included",
+            store_commit_seconds.clone(),
+        );
+        let store_batch_size = Histogram::new(exponential_buckets(1.0, 2.0, 12));
+        registry.register("store_batch_size", "writes sharing one commit", store_batch_size.clone());
+        let connected = Gauge::default();
+        registry.register("connected", "1 while the link to the server is up", connected.clone());
+        let connects = Counter::default();
+        registry.register("connects", "successful logins to the server", connects.clone());
+        Metrics {
+            registry,
+            requests,
+            request_seconds,
+            pushes_sent,
+            pushes_dropped,
+            pushes_bounced,
+            subscriptions_removed,
+            queue_depth,
+            store_commit_seconds,
+            store_batch_size,
+            connected,
+            connects,
+        }
+    }
+
+    /// One served request.
+    pub fn request(&self, kind: &'static str, outcome: String, took: Duration) {
+        self.requests.get_or_create(&RequestLabels { kind, outcome }).inc();
+        self.request_seconds.get_or_create(&KindLabel { kind }).observe(took.as_secs_f64());
+    }
+
+    /// One group commit.
+    pub fn commit(&self, batch: usize, took: Duration) {
+        self.store_commit_seconds.observe(took.as_secs_f64());
+        self.store_batch_size.observe(batch as f64);
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until the task is dropped. `refresh` updates the
+/// gauges that are read rather than counted (queue depths) just before each scrape.
+///
+/// A few lines of HTTP/1.0 rather than an HTTP stack: one path, one method, no keep-alive,
+/// request heads bounded in size and time.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: std::sync::Arc<Metrics>,
+    refresh: std::sync::Arc<dyn Fn(&Metrics) + Send + Sync>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut socket, _)) = listener.accept().await else { continue };
+        let (metrics, refresh) = (metrics.clone(), refresh.clone());
+        tokio::spawn(async move {
+            let mut head = Vec::with_capacity(512);
+            let mut buf = [0u8; 512];
+            let read_head = async {
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+            };
+            if tokio::time::timeout(Duration::from_secs(5), read_head).await.is_err() {
+                return;
+            }
+            let (status, body) = if head.starts_with(b"GET /metrics ") || head.starts_with(b"GET /metrics?") {
+                refresh(&metrics);
+                ("200 OK", metrics.encode())
+            } else {
+                ("404 Not Found", "only GET /metrics is served here\n".to_string())
+            };
+            let response = format!(
+                "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+            let _ = socket.shutdown().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_commits_show_up_in_the_text() {
+        let m = Metrics::new();
+        m.request("items", "ok".into(), Duration::from_millis(2));
+        m.request("publish", "forbidden".into(), Duration::from_millis(1));
+        m.commit(8, Duration::from_millis(3));
+        m.connected.set(1);
+        let text = m.encode();
+        assert!(text.contains("smartfeeds_requests_total{kind=\"items\",outcome=\"ok\"} 1"), "{text}");
+        assert!(text.contains("smartfeeds_requests_total{kind=\"publish\",outcome=\"forbidden\"} 1"), "{text}");
+        assert!(text.contains("smartfeeds_store_batch_size_count 1"), "{text}");
+        assert!(text.contains("smartfeeds_connected 1"), "{text}");
+    }
+}
