@@ -133,7 +133,6 @@ impl Writer {
         self.counters.max_batch.fetch_max(n, Ordering::Relaxed);
         let mut changes = Vec::new();
         let mut succeeded = 0u64;
-        let t0 = std::time::Instant::now();
         let mut aborted: Option<StoreError> = conn.execute_batch("BEGIN IMMEDIATE").err().map(Into::into);
         if aborted.is_none() {
             for job in jobs.iter_mut() {
@@ -165,15 +164,10 @@ impl Writer {
                 }
             }
         }
-        let t1 = t0.elapsed();
         let outcome = match aborted {
             Some(e) => Err(e),
             None => conn.execute_batch("COMMIT").map_err(StoreError::from),
         };
-        let t2 = t0.elapsed();
-        if n > 16 {
-            eprintln!("batch {n}: run/job {:?} commit {:?}", t1 / n as u32, t2 - t1);
-        }
         if outcome.is_err() && !conn.is_autocommit() {
             // A failed COMMIT (e.g. busy) leaves the transaction open: end it, or the next
             // batch's BEGIN would fail too.

@@ -1,0 +1,120 @@
+//! Group commit: durable writes per second with 1, 8 and 64 concurrent writers on a temp
+//! file, and how many commits (fsyncs) each 1,000 writes cost.
+//!
+//! Run with `cargo bench --bench group_commit`; `SMARTFEEDS_BENCH_SECS` sets the time per row
+//! (default 3). Every write is a real `Store::write` of one new item plus the feed's counters,
+//! answered only once its transaction is fsynced (`synchronous=FULL`, WAL), as in production.
+
+use smartfeeds::feed::{FeedError, Item, Key, Payload};
+use smartfeeds::store::sqlite::SqliteStore;
+use smartfeeds::store::{Store, WriteTx};
+use std::time::{Duration, Instant};
+
+const FEED: &str = "bench";
+
+struct Row {
+    writers: usize,
+    writes: u64,
+    secs: f64,
+    commits: u64,
+    max_batch: u64,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn insert(tx: &mut dyn WriteTx, id: String, now: i64) -> Result<(), FeedError> {
+    let mut feed = match tx.feed(FEED)? {
+        Some(f) => f,
+        None => tx.create_feed(FEED)?,
+    };
+    feed.last_t = feed.last_t.max(now);
+    feed.last_mseq += 1;
+    feed.items += 1;
+    let item = Item {
+        id: id.clone(),
+        created: Key { t: feed.last_t, seq: feed.items as i64 },
+        modified: Key { t: feed.last_t, seq: feed.last_mseq },
+        author: Some("bench".into()),
+        categories: vec!["a".into(), "b".into()],
+        atom_id: Some(format!("urn:{id}")),
+        payload: Payload::Entry(format!(
+            "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:{id}</id><title>{}</title></entry>",
+            "x".repeat(400)
+        )),
+    };
+    tx.insert_item(feed.id, &item)?;
+    Ok(tx.save_feed(&feed)?)
+}
+
+async fn run(writers: usize, length: Duration) -> Row {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("bench.db"), None).expect("open");
+    // Create the feed first so the measured writes are all alike.
+    store.write(|tx| insert(tx, "warmup".into(), 0)).await.expect("warm-up write");
+    let before = store.stats();
+    let start = Instant::now();
+    let deadline = start + length;
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut i = 0u64;
+                while Instant::now() < deadline {
+                    let id = format!("w{w}-{i}");
+                    let now = chrono::Utc::now().timestamp_millis();
+                    let t = Instant::now();
+                    store.write(move |tx| insert(tx, id, now)).await.expect("write");
+                    latencies.push(t.elapsed());
+                    i += 1;
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.expect("writer task"));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let after = store.stats();
+    store.close().await;
+    latencies.sort();
+    let pct = |p: f64| latencies.get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)));
+    Row {
+        writers,
+        writes: after.writes - before.writes,
+        secs,
+        commits: after.commits - before.commits,
+        max_batch: after.max_batch,
+        p50: pct(0.50).copied().unwrap_or_default(),
+        p99: pct(0.99).copied().unwrap_or_default(),
+    }
+}
+
+fn main() {
+    let secs: f64 = std::env::var("SMARTFEEDS_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let length = Duration::from_secs_f64(secs);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    println!("group commit: durable writes (WAL, synchronous=FULL), {secs} s per row, temp file");
+    println!();
+    println!(
+        "{:>8} {:>9} {:>12} {:>9} {:>16} {:>9} {:>10} {:>10}",
+        "writers", "writes", "writes/s", "commits", "fsyncs/1k writes", "max batch", "p50", "p99"
+    );
+    let mut rows = Vec::new();
+    for writers in [1, 8, 64] {
+        let row = rt.block_on(run(writers, length));
+        let rate = row.writes as f64 / row.secs;
+        let per_k = row.commits as f64 * 1000.0 / row.writes.max(1) as f64;
+        println!(
+            "{:>8} {:>9} {:>12.0} {:>9} {:>16.1} {:>9} {:>10.2?} {:>10.2?}",
+            row.writers, row.writes, rate, row.commits, per_k, row.max_batch, row.p50, row.p99
+        );
+        rows.push((row.writers, rate));
+    }
+    let one = rows.iter().find(|r| r.0 == 1).map_or(0.0, |r| r.1);
+    let many = rows.iter().find(|r| r.0 == 64).map_or(0.0, |r| r.1);
+    println!();
+    println!("64 writers / 1 writer: {:.1}x (target >= 10x)", many / one.max(f64::MIN_POSITIVE));
+}
