@@ -15,6 +15,7 @@ pub mod component;
 pub mod connection;
 pub mod prosody;
 pub mod pubsub;
+pub mod push;
 pub mod smartfeeds;
 pub mod xml;
 
