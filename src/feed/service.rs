@@ -360,7 +360,13 @@ impl<S: Store> Service<S> {
         let (feed, view) = self.readable(actor, node).await?;
         let policy = self.policy(&feed.name);
         let (count, subscribers) =
-            self.store.read(move |tx| Ok((tx.count(scope(&feed, &view))?, tx.subscription_count(feed.id)?))).await?;
+            // Each view is a node of its own, so its subscribers are the view's, not the feed's.
+            self.store
+                .read(move |tx| {
+                    let subscribers = tx.subscribers(feed.id, &view.canonical())?.len() as u64;
+                    Ok((tx.count(scope(&feed, &view))?, subscribers))
+                })
+                .await?;
         Ok(NodeInfo {
             title: policy.title.unwrap_or_else(|| policy.name.clone()),
             description: policy.description.unwrap_or_default(),
