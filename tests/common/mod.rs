@@ -1,6 +1,7 @@
 //! Shared end-to-end test harness: a real Prosody per test ([`prosody::Prosody`]), a minimal
 //! c2s client ([`client::Client`]), a raw XEP-0114 component ([`component::Component`]) and
-//! XML helpers ([`xml`]). Test files use it with `mod common;`.
+//! XML helpers ([`xml`]). Test files use it with `mod common;`. The same API runs a real
+//! ejabberd ([`ejabberd::Ejabberd`]); [`server::Server`] covers both, for tests run on each.
 //!
 //! ```ignore
 //! let prosody = Prosody::start();                 // free ports, temp dir, demo users
@@ -13,14 +14,18 @@
 pub mod client;
 pub mod component;
 pub mod connection;
+pub mod ejabberd;
 pub mod prosody;
 pub mod pubsub;
 pub mod push;
+pub mod server;
 pub mod smartfeeds;
 pub mod xml;
 
 pub use client::Client;
 pub use component::Component;
 pub use connection::{Connection, REPLY_TIMEOUT};
+pub use ejabberd::Ejabberd;
 pub use prosody::Prosody;
+pub use server::Server;
 pub use xml::{error_condition, set_attr, stanza_type, to_xml, with_attr, xml};
