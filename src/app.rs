@@ -145,6 +145,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(dir) = config.store.path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    let _lock = lock_database(&config.store.path)?;
     let metrics = Arc::new(Metrics::new());
     let (change_tx, change_rx) = mpsc::channel(config.push.backlog);
     let weak_changes = change_tx.downgrade();
@@ -212,6 +213,30 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Takes an exclusive lock beside the database for the life of the process.
+///
+/// Two processes on one database would both stamp items from their own view of the feed's
+/// clock and sequences, and each would push only its own changes; ejabberd even accepts
+/// both as connections of one component. So a second process is refused, clearly.
+fn lock_database(db: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let mut path = db.as_os_str().to_owned();
+    path.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening the lock file {}", std::path::Path::new(&path).display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another smartfeeds process is using {} (run one process per database)",
+            db.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).context("locking the database"),
+    }
 }
 
 /// Resolves on SIGTERM or ctrl-c.

@@ -75,3 +75,19 @@ async fn comes_back_after_the_server_restarts_or_dies() {
     assert!((1..=12).contains(&attempts), "{attempts} connection attempts logged in about 3 s:\n{}", sf.log_tail(30));
     assert!(log.matches("lost the server connection").count() >= 2, "{}", sf.log_tail(30));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_on_the_same_database_is_refused() {
+    let prosody = Prosody::start();
+    let sf = Smartfeeds::start(&prosody, TABLES);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_smartfeeds"))
+        .arg("--config")
+        .arg(sf.config_path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("another smartfeeds process is using"), "{stderr}");
+    // The first one is unaffected.
+    served_within(&prosody, Duration::from_secs(5)).await;
+}
