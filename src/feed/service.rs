@@ -320,12 +320,17 @@ impl<S: Store> Service<S> {
 
     /// Removes `jid`'s subscription to a view.
     pub async fn unsubscribe(&self, actor: &str, node: &str, jid: &str) -> Result<(), FeedError> {
-        let name = NodeName::parse(node)?;
-        let order = self.policy(&name.feed).order();
-        let view = name.resolve(order);
         if bare(jid) != actor {
             return Err(FeedError::Forbidden(format!("{actor} may not unsubscribe {jid}")));
         }
+        self.remove_subscription(node, jid).await
+    }
+
+    /// Removes `jid`'s subscription to the view `node` names, whoever asks.
+    async fn remove_subscription(&self, node: &str, jid: &str) -> Result<(), FeedError> {
+        let name = NodeName::parse(node)?;
+        let order = self.policy(&name.feed).order();
+        let view = name.resolve(order);
         let (canonical, jid, node) = (view.canonical(), jid.to_string(), node.to_string());
         self.store
             .write(move |tx| {
@@ -401,6 +406,75 @@ impl<S: Store> Service<S> {
                 return Ok(out);
             }
         }
+    }
+}
+
+/// Administration, for admins only (XEP-0050 commands in the glue).
+impl<S: Store> Service<S> {
+    /// `forbidden` unless `actor` is an admin.
+    pub fn check_admin(&self, actor: &str) -> Result<(), FeedError> {
+        if self.is_admin(actor) { Ok(()) } else { Err(FeedError::Forbidden(format!("{actor} is not an admin"))) }
+    }
+
+    /// Every feed with its item and subscription counts, by name.
+    pub async fn admin_feeds(&self, actor: &str) -> Result<Vec<(FeedRow, u64)>, FeedError> {
+        self.check_admin(actor)?;
+        self.store
+            .read(|tx| {
+                let mut out = Vec::new();
+                let mut after: Option<String> = None;
+                loop {
+                    let batch = tx.feeds(after.as_deref(), 1000)?;
+                    for f in &batch {
+                        out.push((f.clone(), tx.subscription_count(f.id)?));
+                    }
+                    match batch.last() {
+                        Some(last) if batch.len() == 1000 => after = Some(last.name.clone()),
+                        _ => return Ok(out),
+                    }
+                }
+            })
+            .await
+    }
+
+    /// Creates a feed (open, published to by admins, until configured); false if it existed.
+    pub async fn admin_create_feed(&self, actor: &str, name: &str) -> Result<bool, FeedError> {
+        self.check_admin(actor)?;
+        if !super::node::valid_feed_name(name) {
+            return Err(FeedError::BadRequest(format!("{name:?} is not a valid feed name")));
+        }
+        let name = name.to_string();
+        self.store
+            .write(move |tx| {
+                if tx.feed(&name)?.is_some() {
+                    return Ok(false);
+                }
+                tx.create_feed(&name)?;
+                Ok(true)
+            })
+            .await
+    }
+
+    /// Every subscription to any view of a feed.
+    pub async fn admin_subscribers(&self, actor: &str, feed: &str) -> Result<Vec<Subscription>, FeedError> {
+        self.check_admin(actor)?;
+        let feed = feed.to_string();
+        self.store
+            .read(move |tx| {
+                let f = tx.feed(&feed)?.ok_or_else(|| FeedError::NodeNotFound(format!("no such feed: {feed}")))?;
+                let mut out = Vec::new();
+                for view in tx.subscribed_views(f.id)? {
+                    out.extend(tx.subscribers(f.id, &view)?);
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// Removes someone's subscription to a view.
+    pub async fn admin_unsubscribe(&self, actor: &str, node: &str, jid: &str) -> Result<(), FeedError> {
+        self.check_admin(actor)?;
+        self.remove_subscription(node, jid).await
     }
 }
 

@@ -5,6 +5,7 @@
 //! payload, XEP-0131 SHIM headers, pubsub#errors conditions) and the Atom entry inspection
 //! that turns a publish `<item>` into a [`crate::feed::Entry`].
 
+pub mod adhoc;
 pub mod errors;
 pub mod notify;
 pub mod payloads;

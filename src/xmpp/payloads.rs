@@ -19,6 +19,7 @@
 //! - [`atom`]: the Atom entry inspector and RFC 6721 tombstones.
 
 pub mod atom;
+pub mod commands;
 pub mod event;
 pub mod items;
 pub mod publish;

@@ -2,7 +2,9 @@
 //! `get`/`set` gets exactly one reply, `from` the component; results and errors addressed to
 //! us (keepalive pongs, stray replies) get none, as RFC 6120 §8.2.3 wants.
 
+use super::adhoc::{self, COMMAND_LIST};
 use super::errors::{bad_request, bad_request_app, service_unavailable, to_stanza_error, unsupported};
+use super::payloads::commands::{COMMANDS, Command};
 use super::payloads::subscriptions::{SubscriptionList, SubscriptionState, in_pubsub};
 use super::payloads::{
     ItemsQuery, ItemsResult, PageItem, PubSubErrorCondition as App, PublishRequest, SHIM, parse_stored, publish_result,
@@ -111,6 +113,10 @@ impl<S: Store> Router<S> {
 
     async fn set(&self, from: &Jid, payload: Element) -> Reply {
         let actor = from.to_bare().to_string();
+        if payload.is("command", COMMANDS) {
+            let cmd = Command::try_from(payload).map_err(|e| bad_request(&format!("malformed command: {e}")))?;
+            return Ok(Some(adhoc::execute(&self.svc, &actor, cmd).await.map_err(fail)?.into()));
+        }
         if PublishRequest::is_publish_request(&payload) {
             return self.publish(&actor, payload).await;
         }
@@ -194,7 +200,7 @@ impl<S: Store> Router<S> {
         match node {
             None => {
                 result.identities.push(Identity::new("pubsub", "service", "en", "Smart Feeds"));
-                for f in [ns::DISCO_INFO, ns::DISCO_ITEMS, ns::PING, ns::PUBSUB, ns::RSM, SHIM] {
+                for f in [ns::DISCO_INFO, ns::DISCO_ITEMS, ns::PING, ns::PUBSUB, ns::RSM, SHIM, COMMANDS] {
                     result.features.insert(f.to_string());
                 }
                 for f in PUBSUB_FEATURES {
@@ -229,6 +235,20 @@ impl<S: Store> Router<S> {
 
     async fn disco_items(&self, actor: &str, payload: Element) -> Reply {
         let q = DiscoItemsQuery::try_from(payload).map_err(|e| bad_request(&format!("malformed disco#items: {e}")))?;
+        if q.node.as_deref() == Some(COMMANDS) {
+            // Only admins may run the commands, so only admins see them.
+            let visible = self.svc.config().admins.iter().any(|a| a == actor);
+            let items = COMMAND_LIST
+                .iter()
+                .filter(|_| visible)
+                .map(|(node, name)| DiscoItem {
+                    jid: self.me.clone(),
+                    node: Some(node.to_string()),
+                    name: Some(name.to_string()),
+                })
+                .collect();
+            return Ok(Some(DiscoItemsResult { node: q.node, items, rsm: None }.into()));
+        }
         if let Some(node) = q.node {
             // A leaf node's items are its item ids, first page of the view.
             let page =

@@ -1,0 +1,112 @@
+//! XEP-0050 ad-hoc commands for admins, through a real Prosody and real clients: list
+//! feeds with counts, create a feed, show a feed's subscribers, remove a subscription,
+//! statistics; nobody else sees or runs them.
+
+mod common;
+
+use common::Prosody;
+use common::pubsub::*;
+use common::smartfeeds::Smartfeeds;
+use common::{stanza_type, to_xml, xml};
+use minidom::Element;
+
+const TABLES: &str = r#"
+[[feeds]]
+name = "news"
+publishers = ["bot@localhost"]
+"#;
+const CMDS: &str = "http://jabber.org/protocol/commands";
+
+fn command(node: &str, form: Option<&str>) -> Element {
+    let body = form.map_or(String::new(), |f| format!("<x xmlns='jabber:x:data' type='submit'>{f}</x>"));
+    xml(&format!(
+        "<iq type='set' to='feeds.localhost'><command xmlns='{CMDS}' node='{node}' action='execute'>{body}</command></iq>"
+    ))
+}
+
+fn field(var: &str, value: &str) -> String {
+    format!("<field var='{var}'><value>{value}</value></field>")
+}
+
+/// The values of a field of the command's form.
+fn values(reply: &Element, var: &str) -> Vec<String> {
+    let cmd = reply.get_child("command", CMDS).unwrap_or_else(|| panic!("no command in {}", to_xml(reply)));
+    let form = cmd.get_child("x", "jabber:x:data").unwrap_or_else(|| panic!("no form in {}", to_xml(reply)));
+    form.children()
+        .filter(|f| f.attr("var") == Some(var))
+        .flat_map(|f| f.children().filter(|v| v.name() == "value").map(|v| v.text()))
+        .collect()
+}
+
+fn status(reply: &Element) -> String {
+    reply.get_child("command", CMDS).and_then(|c| c.attr("status")).unwrap_or("").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admins_run_commands_and_nobody_else_does() {
+    let prosody = Prosody::start();
+    let _sf = Smartfeeds::start(&prosody, TABLES);
+    let mut admin = prosody.login("admin").await;
+    let mut bot = prosody.login("bot").await;
+    let mut alice = prosody.login("alice").await;
+    for i in 0..3 {
+        let r = bot.iq(publish_iq("news", Some(&format!("i{i}")), &entry(&format!("urn:i{i}"), "t", None, &[]))).await;
+        assert_eq!(stanza_type(&r), "result");
+    }
+    let sub = xml("<iq type='set' to='feeds.localhost'><pubsub xmlns='http://jabber.org/protocol/pubsub'>\
+                   <subscribe node='news?order=modified' jid='alice@localhost'/></pubsub></iq>");
+    assert_eq!(stanza_type(&alice.iq(sub).await), "result");
+
+    // The command list: all five for an admin, none for anyone else.
+    let list = xml(&format!(
+        "<iq type='get' to='feeds.localhost'><query xmlns='http://jabber.org/protocol/disco#items' node='{CMDS}'/></iq>"
+    ));
+    let nodes = |r: &Element| -> Vec<String> {
+        r.get_child("query", "http://jabber.org/protocol/disco#items")
+            .unwrap()
+            .children()
+            .filter_map(|i| i.attr("node").map(String::from))
+            .collect()
+    };
+    assert_eq!(
+        nodes(&admin.iq(list.clone()).await),
+        ["list-feeds", "create-feed", "subscribers", "remove-subscription", "stats"]
+    );
+    assert!(nodes(&alice.iq(list).await).is_empty());
+
+    // list-feeds and stats complete at once.
+    let r = admin.iq(command("list-feeds", None)).await;
+    assert_eq!(status(&r), "completed", "{}", to_xml(&r));
+    assert_eq!(values(&r, "feeds"), ["news: 3 items, 1 subscriptions"]);
+    let r = admin.iq(command("stats", None)).await;
+    assert_eq!(
+        (values(&r, "feeds"), values(&r, "items"), values(&r, "subscriptions")),
+        (vec!["1".to_string()], vec!["3".to_string()], vec!["1".to_string()])
+    );
+
+    // create-feed: a form first, then the feed.
+    let r = admin.iq(command("create-feed", None)).await;
+    assert_eq!(status(&r), "executing", "{}", to_xml(&r));
+    assert!(r.get_child("command", CMDS).unwrap().get_child("x", "jabber:x:data").is_some());
+    let r = admin.iq(command("create-feed", Some(&field("name", "events")))).await;
+    assert_eq!(status(&r), "completed", "{}", to_xml(&r));
+    let pull = pull(&mut alice, &Pull::node("events").max(0)).await;
+    assert_eq!(pull.count, Some(0), "the new feed exists and is empty");
+
+    // subscribers, then remove-subscription.
+    let r = admin.iq(command("subscribers", Some(&field("feed", "news")))).await;
+    assert_eq!(values(&r, "subscriptions"), ["alice@localhost news?order=modified"]);
+    let form = format!("{}{}", field("node", "news?order=modified"), field("jid", "alice@localhost"));
+    let r = admin.iq(command("remove-subscription", Some(&form))).await;
+    assert_eq!(status(&r), "completed", "{}", to_xml(&r));
+    let r = admin.iq(command("subscribers", Some(&field("feed", "news")))).await;
+    assert!(values(&r, "subscriptions").is_empty());
+
+    // Nobody else runs them.
+    for node in ["list-feeds", "create-feed", "stats"] {
+        let r = alice.iq(command(node, None)).await;
+        assert_error(&r, "forbidden", None);
+    }
+    let r = admin.iq(command("no-such-command", None)).await;
+    assert_error(&r, "item-not-found", None);
+}
