@@ -149,8 +149,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let (change_tx, change_rx) = mpsc::channel(config.push.backlog);
     let weak_changes = change_tx.downgrade();
-    let store = SqliteStore::open(&config.store.path, Some(change_sink(change_tx, metrics.clone())))
-        .with_context(|| format!("opening the store {}", config.store.path.display()))?;
+    let m = metrics.clone();
+    let observer: crate::store::CommitObserver = Box::new(move |batch, took| m.commit(batch, took));
+    let store =
+        SqliteStore::open_observed(&config.store.path, Some(change_sink(change_tx, metrics.clone())), Some(observer))
+            .with_context(|| format!("opening the store {}", config.store.path.display()))?;
     let notifier = Arc::new(Notifier::new(store.clone(), me.clone(), config.push.bounce_limit, metrics.clone()));
     let svc = Service::new(store, config.clone(), system_clock());
     svc.init().await.context("creating the configured feeds")?;
@@ -231,10 +234,9 @@ fn lock_database(db: &std::path::Path) -> anyhow::Result<std::fs::File> {
         .with_context(|| format!("opening the lock file {}", std::path::Path::new(&path).display()))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-            "another smartfeeds process is using {} (run one process per database)",
-            db.display()
-        ),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            anyhow::bail!("another smartfeeds process is using {} (run one process per database)", db.display())
+        }
         Err(std::fs::TryLockError::Error(e)) => Err(e).context("locking the database"),
     }
 }

@@ -120,6 +120,10 @@ pub trait WriteTx: ReadTx {
 /// writers that made it are answered.
 pub type ChangeSink = Box<dyn FnMut(Vec<Change>) + Send>;
 
+/// Told of every successful group commit: how many writes it carried and how long it took
+/// (fsync included). For metrics.
+pub type CommitObserver = Box<dyn Fn(usize, std::time::Duration) + Send>;
+
 /// A store: snapshots to read, transactions to write.
 pub trait Store: Clone + Send + Sync + 'static {
     fn read<T, F>(&self, f: F) -> impl Future<Output = Result<T, FeedError>> + Send

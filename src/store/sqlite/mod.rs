@@ -24,7 +24,7 @@ mod writer;
 mod tests;
 
 use crate::feed::FeedError;
-use crate::store::{ChangeSink, ReadTx, Store, StoreError, StoreResult, WriteTx};
+use crate::store::{ChangeSink, CommitObserver, ReadTx, Store, StoreError, StoreResult, WriteTx};
 use pool::{Pool, snapshot};
 use rusqlite::Connection;
 use std::future::Future;
@@ -75,21 +75,35 @@ impl SqliteStore {
     /// Opens (creating if needed) the database at `path`, migrating its schema. Committed
     /// changes are handed to `sink`, in commit order.
     pub fn open(path: &Path, sink: Option<ChangeSink>) -> StoreResult<SqliteStore> {
+        SqliteStore::open_observed(path, sink, None)
+    }
+
+    /// Like [`open`](Self::open), and `observer` is told of every commit.
+    pub fn open_observed(
+        path: &Path,
+        sink: Option<ChangeSink>,
+        observer: Option<CommitObserver>,
+    ) -> StoreResult<SqliteStore> {
         let conn = Connection::open(path)?;
-        SqliteStore::start(conn, Some(Pool::new(path.to_path_buf())), sink)
+        SqliteStore::start(conn, Some(Pool::new(path.to_path_buf())), sink, observer)
     }
 
     /// A private in-memory database, for tests and demos: nothing survives the process.
     pub fn open_in_memory(sink: Option<ChangeSink>) -> StoreResult<SqliteStore> {
-        SqliteStore::start(Connection::open_in_memory()?, None, sink)
+        SqliteStore::start(Connection::open_in_memory()?, None, sink, None)
     }
 
-    fn start(mut conn: Connection, readers: Option<Pool>, sink: Option<ChangeSink>) -> StoreResult<SqliteStore> {
+    fn start(
+        mut conn: Connection,
+        readers: Option<Pool>,
+        sink: Option<ChangeSink>,
+        observer: Option<CommitObserver>,
+    ) -> StoreResult<SqliteStore> {
         schema::configure_writer(&conn)?;
         schema::migrate(&mut conn)?;
         let (tx, rx) = mpsc::channel();
         let counters = Arc::new(Counters::default());
-        let writer = Writer { conn, jobs: rx, sink, counters: counters.clone() };
+        let writer = Writer { conn, jobs: rx, sink, observer, counters: counters.clone() };
         let handle = std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || writer.run())

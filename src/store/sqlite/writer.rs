@@ -9,7 +9,7 @@
 
 use super::read::SqlTx;
 use crate::feed::FeedError;
-use crate::store::{ChangeSink, StoreError, WriteTx};
+use crate::store::{ChangeSink, CommitObserver, StoreError, WriteTx};
 use rusqlite::Connection;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -98,6 +98,7 @@ pub(crate) struct Writer {
     pub(crate) conn: Connection,
     pub(crate) jobs: Receiver<Job>,
     pub(crate) sink: Option<ChangeSink>,
+    pub(crate) observer: Option<CommitObserver>,
     pub(crate) counters: Arc<Counters>,
 }
 
@@ -133,6 +134,7 @@ impl Writer {
         self.counters.max_batch.fetch_max(n, Ordering::Relaxed);
         let mut changes = Vec::new();
         let mut succeeded = 0u64;
+        let started = std::time::Instant::now();
         let mut aborted: Option<StoreError> = conn.execute_batch("BEGIN IMMEDIATE").err().map(Into::into);
         if aborted.is_none() {
             for job in jobs.iter_mut() {
@@ -177,6 +179,9 @@ impl Writer {
         }
         match &outcome {
             Ok(()) => {
+                if let Some(observe) = &self.observer {
+                    observe(n as usize, started.elapsed());
+                }
                 self.counters.commits.fetch_add(1, Ordering::Relaxed);
                 self.counters.writes.fetch_add(succeeded, Ordering::Relaxed);
                 self.counters.failed_writes.fetch_add(n - succeeded, Ordering::Relaxed);
