@@ -256,6 +256,12 @@ fn subscriptions_upsert_list_and_delete() {
     assert!(!tx.delete_subscription(f.id, "f?order=modified", "alice@x").unwrap());
     assert_eq!(tx.subscribed_views(f.id).unwrap(), ["f?order=-created"]);
     assert_eq!(tx.subscribed_views(g.id).unwrap(), ["g?order=-created"]);
+    // All of one full JID's subscriptions, across feeds; other resources keep theirs.
+    tx.put_subscription(g.id, &sub("g", "g?order=-created", "alice@x/phone", "5")).unwrap();
+    assert_eq!(tx.delete_subscriptions_of("alice@x/phone").unwrap(), 2);
+    assert_eq!(tx.delete_subscriptions_of("alice@x/phone").unwrap(), 0);
+    assert_eq!(tx.subscriptions_of("alice@x").unwrap(), vec![s4]);
+    assert_eq!(tx.subscription_count(f.id).unwrap(), 1);
 }
 
 // ----- the model -----

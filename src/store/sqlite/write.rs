@@ -128,8 +128,9 @@ impl WriteTx for SqlTx<'_> {
     }
 
     fn delete_subscriptions_of(&mut self, jid: &str) -> StoreResult<u64> {
-        let mut st = self.conn.prepare_cached("DELETE FROM subscriptions WHERE jid = ?1")?;
-        Ok(st.execute(params![jid])? as u64)
+        // Through the `bare` index: a JID's subscriptions are among its bare JID's.
+        let mut st = self.conn.prepare_cached("DELETE FROM subscriptions WHERE bare = ?1 AND jid = ?2")?;
+        Ok(st.execute(params![bare(jid), jid])? as u64)
     }
 
     fn emit(&mut self, change: Change) {
