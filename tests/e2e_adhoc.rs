@@ -1,10 +1,10 @@
-//! XEP-0050 ad-hoc commands for admins, through a real Prosody and real clients: list
-//! feeds with counts, create a feed, show a feed's subscribers, remove a subscription,
-//! statistics; nobody else sees or runs them.
+//! XEP-0050 ad-hoc commands for admins, through a real XMPP server (Prosody or ejabberd)
+//! and real clients: list feeds with counts, create a feed, show a feed's subscribers,
+//! remove a subscription, statistics; nobody else sees or runs them.
 
 mod common;
 
-use common::Prosody;
+use common::Host;
 use common::pubsub::*;
 use common::smartfeeds::Smartfeeds;
 use common::{stanza_type, to_xml, xml};
@@ -44,11 +44,11 @@ fn status(reply: &Element) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admins_run_commands_and_nobody_else_does() {
-    let prosody = Prosody::start();
-    let _sf = Smartfeeds::start(&prosody, TABLES);
-    let mut admin = prosody.login("admin").await;
-    let mut bot = prosody.login("bot").await;
-    let mut alice = prosody.login("alice").await;
+    let host = Host::start();
+    let _sf = Smartfeeds::start(&host, TABLES);
+    let mut admin = host.login("admin").await;
+    let mut bot = host.login("bot").await;
+    let mut alice = host.login("alice").await;
     for i in 0..3 {
         let r = bot.iq(publish_iq("news", Some(&format!("i{i}")), &entry(&format!("urn:i{i}"), "t", None, &[]))).await;
         assert_eq!(stanza_type(&r), "result");

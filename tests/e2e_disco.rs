@@ -1,4 +1,5 @@
-//! End to end, service discovery (SPEC §7, XEP-0030): a real Prosody and the real
+//! End to end, service discovery (SPEC §7, XEP-0030): a real XMPP server (Prosody or
+//! ejabberd, see `tests/common/host.rs`) and the real
 //! `smartfeeds` binary with configured feeds, shared by the tests of this file (none of
 //! which publishes, so the list of feeds is fixed).
 
@@ -64,7 +65,7 @@ fn fixture() -> &'static Fixture {
 }
 
 async fn login(name: &str) -> Client {
-    fixture().prosody.login(name).await
+    fixture().host.login(name).await
 }
 
 fn info_iq(node: Option<&str>) -> Element {

@@ -1,8 +1,9 @@
-//! The Prometheus endpoint, scraped over HTTP while the component serves a real Prosody.
+//! The Prometheus endpoint, scraped over HTTP while the component serves a real XMPP server
+//! (Prosody or ejabberd, see `tests/common/host.rs`).
 
 mod common;
 
-use common::Prosody;
+use common::Host;
 use common::pubsub::*;
 use common::smartfeeds::Smartfeeds;
 use common::stanza_type;
@@ -19,13 +20,13 @@ fn scrape(port: u16) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_pushes_and_commits() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let prosody = Prosody::start();
+    let host = Host::start();
     let tables = format!(
         "[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[[feeds]]\nname = \"news\"\npublishers = [\"bot@localhost\"]\n"
     );
-    let sf = Smartfeeds::start(&prosody, &tables);
-    let mut bot = prosody.login("bot").await;
-    let mut alice = prosody.login("alice").await;
+    let sf = Smartfeeds::start(&host, &tables);
+    let mut bot = host.login("bot").await;
+    let mut alice = host.login("alice").await;
     let sub = common::xml(
         "<iq type='set' to='feeds.localhost'><pubsub xmlns='http://jabber.org/protocol/pubsub'>\
          <subscribe node='news' jid='alice@localhost'/></pubsub></iq>",

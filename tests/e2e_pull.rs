@@ -1,4 +1,5 @@
-//! End to end, pulling (SPEC §3 and §4): a real Prosody, the real `smartfeeds` binary, and a
+//! End to end, pulling (SPEC §3 and §4): a real XMPP server (Prosody or
+//! ejabberd, see `tests/common/host.rs`), the real `smartfeeds` binary, and a
 //! feed seeded once per test binary with 320 items in four waves (300 new, 43 updated,
 //! 30 retracted, 20 new), read back by clients through every view order and filtered views.
 //!
@@ -59,7 +60,7 @@ struct Seed {
 
 static SEED: OnceLock<Result<(Fixture, Seed), String>> = OnceLock::new();
 
-/// The seeded feed: one Prosody, one smartfeeds, published once per test binary.
+/// The seeded feed: one server, one smartfeeds, published once per test binary.
 fn seed() -> &'static Seed {
     &shared().1
 }
@@ -90,7 +91,7 @@ fn a_id(k: usize) -> String {
 }
 
 async fn publish_waves(fx: &Fixture) -> Seed {
-    let mut bot = fx.prosody.login("bot").await;
+    let mut bot = fx.host.login("bot").await;
     let mut meta = HashMap::new();
     let wave1: Vec<String> = (0..300).map(a_id).collect();
     let wave4: Vec<String> = (0..20).map(|k| format!("z{k:02}")).collect();
@@ -244,7 +245,7 @@ impl Seed {
 }
 
 async fn login(name: &str) -> Client {
-    shared().0.prosody.login(name).await
+    shared().0.host.login(name).await
 }
 
 /// Pulls, checks the reply echoes the node, returns the page.

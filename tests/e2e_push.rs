@@ -1,18 +1,21 @@
 //! End to end, push (SPEC §5, with §2–§4 for views and cursors): real clients logged in to a
-//! real Prosody subscribe to views of feeds served by the real `smartfeeds` binary, a
+//! real XMPP server (Prosody or ejabberd, see `tests/common/host.rs`) subscribe to views of feeds served by the real `smartfeeds` binary, a
 //! publisher changes the feeds, and every headline the clients get is checked against what
 //! a pull of the same view returns at that moment.
 //!
-//! One Prosody and one component serve every test of this file (under `cargo nextest`,
+//! One server and one component serve every test of this file (under `cargo nextest`,
 //! every test process starts its own pair). Each test has its own feed and its own users,
 //! so tests never see each other's pushes. The restart test takes [`GATE`] for writing;
 //! every other test holds it for reading, so no test runs while the component restarts.
 //!
-//! Prosody 0.12 never bounces a headline sent to a local user who is offline: `mod_message`
-//! discards headlines to an unavailable full or bare JID silently ("current policy is to
-//! discard headlines if no recipient is available"). So the gap test relies on that silent
-//! loss, and the bounce test has the subscriber's own client answer pushes with error
-//! messages, which is what a client that does not want them does (RFC 6120 §8.3).
+//! Neither host bounces a headline sent to a local user who is offline: Prosody 0.12's
+//! `mod_message` discards headlines to an unavailable full or bare JID silently ("current
+//! policy is to discard headlines if no recipient is available"), and ejabberd 23.01 drops
+//! them too (`mod_offline` stores only chat and normal messages). So the gap test relies on
+//! that silent loss, and the bounce test has the subscriber's own client answer pushes with
+//! error messages, which is what a client that does not want them does (RFC 6120 §8.3).
+//! Where the hosts differ — a headline to an account that no longer exists: Prosody drops
+//! it, ejabberd bounces `service-unavailable` — the deleted-account test says so.
 
 mod common;
 
@@ -23,7 +26,7 @@ use std::time::Duration;
 use common::pubsub::*;
 use common::push::*;
 use common::smartfeeds::{Smartfeeds, remove_on_exit};
-use common::{Client, Prosody, stanza_type, to_xml, xml};
+use common::{Client, Host, stanza_type, to_xml, xml};
 use minidom::Element;
 
 const TABLES: &str = r#"
@@ -63,6 +66,10 @@ publishers = ["bot@localhost"]
 [[feeds]]
 name = "burst"
 publishers = ["bot@localhost"]
+
+[[feeds]]
+name = "gone"
+publishers = ["bot@localhost"]
 "#;
 
 /// How long a push may take to arrive.
@@ -72,7 +79,7 @@ const QUIET: Duration = Duration::from_millis(500);
 const PASSWORD: &str = "push-password";
 
 struct Shared {
-    prosody: Prosody,
+    host: Host,
     feeds: Mutex<Smartfeeds>,
     _cleanup: Option<std::process::Child>,
 }
@@ -83,10 +90,10 @@ static GATE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 fn shared() -> &'static Shared {
     SHARED.get_or_init(|| {
-        let prosody = Prosody::start();
-        let feeds = Smartfeeds::start(&prosody, TABLES);
-        let cleanup = remove_on_exit(&[prosody.data_dir(), feeds.dir()]);
-        Shared { prosody, feeds: Mutex::new(feeds), _cleanup: cleanup }
+        let host = Host::start();
+        let feeds = Smartfeeds::start(&host, TABLES);
+        let cleanup = remove_on_exit(&[host.data_dir(), feeds.dir()]);
+        Shared { host, feeds: Mutex::new(feeds), _cleanup: cleanup }
     })
 }
 
@@ -96,13 +103,13 @@ fn feeds() -> std::sync::MutexGuard<'static, Smartfeeds> {
 
 /// Logs in `name@localhost` (created on first use), with a fresh resource.
 async fn user(name: &str) -> Client {
-    let p = &shared().prosody;
+    let p = &shared().host;
     p.create_user(name, PASSWORD);
     Client::connect(p.c2s_port(), &format!("{name}@localhost"), PASSWORD).await
 }
 
 async fn bot() -> Client {
-    shared().prosody.login("bot").await
+    shared().host.login("bot").await
 }
 
 /// An entry whose title is `ID vVERSION`.
@@ -618,11 +625,11 @@ async fn a_client_back_from_offline_sees_the_gap_and_pulls_exactly_what_it_misse
 
     // Bootstrap as Smart Feeds says: subscribe to the modified view, pull, keep L. The
     // subscription is to the BARE JID, so it reaches whichever resource carol is online
-    // with; while she has none, Prosody drops the headlines silently (the gap).
+    // with; while she has none, the server drops the headlines silently (the gap).
     let mut carol = user("p3-carol").await;
     subscribe(&mut carol, node, "p3-carol@localhost").await;
     // A witness, online throughout: once it has the push of the last offline change, so
-    // has Prosody carol's (and dropped it), and carol may log in again.
+    // has the server carol's (and dropped it), and carol may log in again.
     let mut witness = user("p3-witness").await;
     subscribe(&mut witness, node, "p3-witness@localhost").await;
     let mut mirror = Mirror::default();
@@ -658,8 +665,8 @@ async fn a_client_back_from_offline_sees_the_gap_and_pulls_exactly_what_it_misse
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     let mut carol = user("p3-carol").await;
-    // The premise: what was pushed meanwhile is gone (Prosody keeps no headlines).
-    assert_no_message(&mut carol, QUIET, "Prosody drops headlines for an offline user").await;
+    // The premise: what was pushed meanwhile is gone (neither host keeps headlines).
+    assert_no_message(&mut carol, QUIET, "the server drops headlines for an offline user").await;
     publish(&mut bot, feed, "g7", 1, Some("a"), &[]).await;
     let push = next_push(&mut carol, PUSH_WAIT).await;
     check_envelope(&push, "p3-carol@localhost");
@@ -838,6 +845,50 @@ async fn a_subscriber_that_keeps_bouncing_is_unsubscribed_after_the_bounce_limit
     let push = next_push(&mut frank, PUSH_WAIT).await;
     assert_eq!(push.item_id(), "b4", "{}", push.raw);
     assert_no_message(&mut erin, QUIET, "erin was unsubscribed").await;
+}
+
+/// A subscriber whose account is deleted: where the hosts differ. ejabberd 23.01 bounces
+/// a headline to a user that does not exist with `service-unavailable` (type cancel, from
+/// the bare JID), a permanent error, so after `bounce_limit` (2) pushes the subscription is
+/// removed. Prosody 0.12 drops such headlines silently (as for an offline user), so the
+/// component never learns and the subscription stays: nothing to see but no error either.
+#[tokio::test]
+async fn a_deleted_accounts_subscription_goes_where_the_server_bounces_its_pushes() {
+    let _gate = GATE.read().await;
+    let host = &shared().host;
+    let feed = "gone";
+    let node = "gone?order=modified";
+    let mut bot = bot().await;
+    let mut ivan = user("p7-ivan").await;
+    let mut judy = user("p7-judy").await;
+    subscribe(&mut ivan, node, "p7-ivan@localhost").await;
+    subscribe(&mut judy, node, "p7-judy@localhost").await;
+    assert_eq!(num_subscribers(&mut judy, node).await.as_deref(), Some("2"));
+    ivan.close().await;
+    host.delete_user("p7-ivan");
+
+    for id in ["x1", "x2", "x3"] {
+        publish(&mut bot, feed, id, 1, None, &[]).await;
+        let push = next_push(&mut judy, PUSH_WAIT).await;
+        assert_eq!(push.item_id(), id, "judy, who exists, gets every push: {}", push.raw);
+    }
+    let unsubscribed = ["pushes keep bouncing: unsubscribed", "p7-ivan@localhost"];
+    if host.is_ejabberd() {
+        let line = wait_for_log(&unsubscribed, PUSH_WAIT).await;
+        assert!(
+            line.is_some(),
+            "ejabberd bounces pushes to a deleted account; after 2 the component unsubscribes it\n{}",
+            feeds().log_tail(30)
+        );
+        assert_eq!(num_subscribers(&mut judy, node).await.as_deref(), Some("1"), "only judy's is left");
+    } else {
+        let line = wait_for_log(&unsubscribed, QUIET).await;
+        assert!(line.is_none(), "Prosody sends no bounce, so nothing is unsubscribed: {line:?}");
+        assert_eq!(num_subscribers(&mut judy, node).await.as_deref(), Some("2"), "ivan's subscription stays");
+    }
+    // Either way the others are not affected.
+    publish(&mut bot, feed, "x4", 1, None, &[]).await;
+    assert_eq!(next_push(&mut judy, PUSH_WAIT).await.item_id(), "x4");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -302,6 +302,18 @@ impl Ejabberd {
         self.passwords.lock().unwrap().insert(name.to_string(), password.to_string());
     }
 
+    /// Deletes the account `name@localhost` (one REST call, `unregister`; its sessions are
+    /// closed). Panics with ejabberd's answer if that fails while ejabberd runs.
+    pub fn delete_user(&self, name: &str) {
+        if self.process.is_some() {
+            let (user, host) = (json_string(name), json_string(VHOST));
+            if let Err(e) = self.api("unregister", &format!(r#"{{"user":{user},"host":{host}}}"#)) {
+                panic!("cannot delete {name}@{VHOST} on ejabberd: {e}");
+            }
+        }
+        self.passwords.lock().unwrap().remove(name);
+    }
+
     /// The password of a user made by [`create_user`](Self::create_user) (or a demo user).
     pub fn password(&self, name: &str) -> String {
         self.passwords

@@ -220,6 +220,18 @@ impl Prosody {
         self.passwords.lock().unwrap().insert(name.to_string(), password.to_string());
     }
 
+    /// Deletes the account `name@localhost` (its file), as `prosodyctl deluser` would; a
+    /// session it has stays up. Works while Prosody runs.
+    pub fn delete_user(&self, name: &str) {
+        let file = self.data.join(encode_path(VHOST)).join("accounts").join(format!("{}.dat", encode_path(name)));
+        match fs::remove_file(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("cannot remove {}: {e}", file.display()),
+        }
+        self.passwords.lock().unwrap().remove(name);
+    }
+
     /// The password of a user made by [`create_user`](Self::create_user) (or a demo user).
     pub fn password(&self, name: &str) -> String {
         self.passwords

@@ -13,7 +13,9 @@
 //! ```
 //!
 //! Both types have the same inherent methods (which win when the concrete type is known);
-//! this trait only forwards to them. Where the servers differ in behaviour (errors for an
+//! this trait only forwards to them. [`Host`](super::host::Host), the server the e2e suite
+//! runs against (`SMARTFEEDS_TEST_SERVER`), implements it too, so helpers such as
+//! [`Smartfeeds::start`](super::smartfeeds::Smartfeeds::start) take any of the three. Where the servers differ in behaviour (errors for an
 //! absent component, several connections per component domain, …), see the module docs of
 //! each and `tests/harness_ejabberd.rs`.
 
@@ -51,6 +53,8 @@ pub trait Server: Sized {
     fn log_tail(&self, lines: usize) -> String;
     /// Creates (or resets the password of) `name@localhost`.
     fn create_user(&self, name: &str, password: &str);
+    /// Deletes the account `name@localhost`.
+    fn delete_user(&self, name: &str);
     /// The password of a user made by `create_user` (or a demo user).
     fn password(&self, name: &str) -> String;
     /// Whether the server process is running.
@@ -116,6 +120,9 @@ macro_rules! forward {
             }
             fn create_user(&self, name: &str, password: &str) {
                 <$ty>::create_user(self, name, password)
+            }
+            fn delete_user(&self, name: &str) {
+                <$ty>::delete_user(self, name)
             }
             fn password(&self, name: &str) -> String {
                 <$ty>::password(self, name)

@@ -1,10 +1,12 @@
 //! The real `smartfeeds` binary for end-to-end tests: a config file and a database in a
-//! temporary directory of their own, the process connected to a [`Prosody`]'s component port
-//! as `feeds.localhost`, its log (`RUST_LOG=info`, stdout and stderr) in `smartfeeds.log`.
+//! temporary directory of their own, the process connected to a server's component port as
+//! `feeds.localhost`, its log (`RUST_LOG=info`, stdout and stderr) in `smartfeeds.log`. The
+//! server is any [`Server`]: usually the [`Host`] that `SMARTFEEDS_TEST_SERVER` selects, or a
+//! [`Prosody`](super::prosody::Prosody) or [`Ejabberd`](super::ejabberd::Ejabberd) by name.
 //!
 //! ```ignore
-//! let prosody = Prosody::start();
-//! let feeds = Smartfeeds::start(&prosody, r#"
+//! let host = Host::start();
+//! let feeds = Smartfeeds::start(&host, r#"
 //! [[feeds]]
 //! name = "comments"
 //! publishers = ["bot@localhost"]
@@ -12,18 +14,19 @@
 //! ```
 //!
 //! The generated config is SPEC §8's: `admins = ["admin@localhost"]`, `autocreate = true`
-//! (top-level keys, replaceable with [`Smartfeeds::start_with`]), `[component]` with this
-//! Prosody's secret and port, `[store] path` in the temporary directory, then the caller's
+//! (top-level keys, replaceable with [`Smartfeeds::start_with`]), `[component]` with the
+//! server's secret and port, `[store] path` in the temporary directory, then the caller's
 //! tables (`[limits]`, `[[feeds]]`, …). [`Smartfeeds::start_config`] takes a whole file.
 //!
 //! Readiness: a throwaway client asks `feeds.localhost` for disco#info until the answer is a
-//! result (Prosody answers for an absent component with an error), 15 s at most, then panics
+//! result (both servers answer for an absent component with an error), 15 s at most, then panics
 //! with the log tail. The process methods block the calling thread (they run their own small
 //! runtime on another thread), so they work from a test body and from a `static` fixture.
 //!
 //! A watchdog `sh` SIGKILLs the process when this test process ends without dropping the
 //! handle (a `static`, a SIGKILL, an abort), so no component outlives its test binary.
-//! `SMARTFEEDS_KEEP_PROSODY=1` keeps the temporary directories (as for Prosody's).
+//! `SMARTFEEDS_KEEP_PROSODY=1` or `SMARTFEEDS_KEEP_EJABBERD=1` keeps the temporary
+//! directories (as for the servers').
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -31,7 +34,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use super::client::Client;
-use super::prosody::{COMPONENT_DOMAIN, DEMO_PASSWORD, Prosody, VHOST};
+use super::host::Host;
+use super::prosody::{COMPONENT_DOMAIN, DEMO_PASSWORD, VHOST};
+use super::server::Server;
 use super::xml::{stanza_type, to_xml, xml};
 
 /// The binary under test.
@@ -65,27 +70,27 @@ impl Running {
 }
 
 impl Smartfeeds {
-    /// Starts smartfeeds against `prosody` with the default top-level keys and `tables`
+    /// Starts smartfeeds against `server` with the default top-level keys and `tables`
     /// (TOML tables only: `[limits]`, `[[feeds]]`, …) appended to the generated config.
-    pub fn start(prosody: &Prosody, tables: &str) -> Smartfeeds {
-        Self::start_with(prosody, DEFAULT_TOP, tables)
+    pub fn start(server: &impl Server, tables: &str) -> Smartfeeds {
+        Self::start_with(server, DEFAULT_TOP, tables)
     }
 
     /// Like [`start`](Self::start) with `top` instead of [`DEFAULT_TOP`] as the top-level keys.
-    pub fn start_with(prosody: &Prosody, top: &str, tables: &str) -> Smartfeeds {
-        Self::start_config(prosody, |db| {
+    pub fn start_with(server: &impl Server, top: &str, tables: &str) -> Smartfeeds {
+        Self::start_config(server, |db| {
             format!(
                 "{top}\n[component]\njid = \"{COMPONENT_DOMAIN}\"\nsecret = \"{}\"\nserver = \"{}\"\n\n\
                  [store]\npath = {}\n\n{tables}\n",
-                prosody.secret(),
-                prosody.component_addr(),
+                server.secret(),
+                server.component_addr(),
                 toml_string(db),
             )
         })
     }
 
     /// Starts smartfeeds with the config `make_config(db_path)` returns, whole.
-    pub fn start_config(prosody: &Prosody, make_config: impl FnOnce(&Path) -> String) -> Smartfeeds {
+    pub fn start_config(server: &impl Server, make_config: impl FnOnce(&Path) -> String) -> Smartfeeds {
         let dir = tempfile::Builder::new()
             .prefix("smartfeeds-e2e-")
             .tempdir()
@@ -93,7 +98,7 @@ impl Smartfeeds {
         let path = dir.path().to_path_buf();
         let config = make_config(&path.join("feeds.db"));
         fs::write(path.join("smartfeeds.toml"), config).unwrap_or_else(|e| panic!("cannot write the config: {e}"));
-        let mut sf = Smartfeeds { dir: Some(dir), path, c2s_port: prosody.c2s_port(), process: None, last_exit: None };
+        let mut sf = Smartfeeds { dir: Some(dir), path, c2s_port: server.c2s_port(), process: None, last_exit: None };
         sf.spawn_and_wait();
         sf
     }
@@ -296,7 +301,7 @@ impl Smartfeeds {
 impl Drop for Smartfeeds {
     fn drop(&mut self) {
         self.kill();
-        if std::env::var_os("SMARTFEEDS_KEEP_PROSODY").is_some()
+        if keep_dirs()
             && let Some(dir) = self.dir.take()
         {
             eprintln!("keeping the smartfeeds directory {}", dir.keep().display());
@@ -304,23 +309,29 @@ impl Drop for Smartfeeds {
     }
 }
 
-/// One Prosody and one smartfeeds for all the tests of a test binary, kept in a `static`
+/// One server (the [`Host`] `SMARTFEEDS_TEST_SERVER` selects) and one smartfeeds for all the
+/// tests of a test binary, kept in a `static`
 /// (`static F: OnceLock<Fixture> = OnceLock::new();`). Neither is ever dropped: their
 /// watchdogs kill both processes when the test binary ends, and [`remove_on_exit`] removes
 /// their directories. Each test logs in its own clients on its own runtime.
 pub struct Fixture {
-    pub prosody: Prosody,
+    /// The server, Prosody or ejabberd (leaked: it lives as long as the test process).
+    pub host: &'static Host,
+    /// The same server as [`host`](Self::host), under the name it had when every test ran
+    /// on Prosody, so tests written against that name keep compiling (and now run on the
+    /// selected server too). New code uses `host`.
+    pub prosody: &'static Host,
     pub feeds: Smartfeeds,
     _cleanup: Option<Child>,
 }
 
 impl Fixture {
-    /// A fresh Prosody and smartfeeds with `tables` (see [`Smartfeeds::start`]).
+    /// A fresh server and smartfeeds with `tables` (see [`Smartfeeds::start`]).
     pub fn start(tables: &str) -> Fixture {
-        let prosody = Prosody::start();
-        let feeds = Smartfeeds::start(&prosody, tables);
-        let cleanup = remove_on_exit(&[prosody.data_dir(), feeds.dir()]);
-        Fixture { prosody, feeds, _cleanup: cleanup }
+        let host: &'static Host = Box::leak(Box::new(Host::start()));
+        let feeds = Smartfeeds::start(host, tables);
+        let cleanup = remove_on_exit(&[host.data_dir(), feeds.dir()]);
+        Fixture { host, prosody: host, feeds, _cleanup: cleanup }
     }
 }
 
@@ -328,8 +339,8 @@ impl Fixture {
 /// pipe closes) and then removes `dirs` (the temporary directories a never-dropped `static`
 /// would leave behind). Keep the returned child alive as long as the fixture.
 pub fn remove_on_exit(dirs: &[&Path]) -> Option<Child> {
-    if std::env::var_os("SMARTFEEDS_KEEP_PROSODY").is_some() {
-        eprintln!("SMARTFEEDS_KEEP_PROSODY: keeping {dirs:?}");
+    if keep_dirs() {
+        eprintln!("SMARTFEEDS_KEEP_PROSODY/SMARTFEEDS_KEEP_EJABBERD: keeping {dirs:?}");
         return None;
     }
     let quoted: Vec<String> = dirs.iter().map(|d| shell_quote(&d.to_string_lossy())).collect();
@@ -341,6 +352,12 @@ pub fn remove_on_exit(dirs: &[&Path]) -> Option<Child> {
         .stderr(Stdio::null())
         .spawn()
         .ok()
+}
+
+/// Whether the temporary directories are to be kept (`SMARTFEEDS_KEEP_PROSODY` or
+/// `SMARTFEEDS_KEEP_EJABBERD` set).
+fn keep_dirs() -> bool {
+    std::env::var_os("SMARTFEEDS_KEEP_PROSODY").is_some() || std::env::var_os("SMARTFEEDS_KEEP_EJABBERD").is_some()
 }
 
 fn shell_quote(s: &str) -> String {
