@@ -4,7 +4,8 @@
 --   @C2S_PORT@        client-to-server port (demo: 5222)
 --   @COMPONENT_PORT@  XEP-0114 external component port (demo: 5347)
 --   @DATA@            absolute path of the run directory: data, pid file and log go there
---   @SECRET@          shared secret of the feeds.localhost component (demo: "secret")
+--   @SECRET@          shared secret of the feeds.localhost and bench.localhost components
+--                     (demo: "secret")
 --   @LOG_LEVEL@       minimum log level: debug, info, warn or error (demo: info)
 -- prosody/start.sh fills them in for the demo; tests/common/prosody.rs does the same for
 -- every test (free ports, temporary directory). Keep both in step with this file.
@@ -52,6 +53,11 @@ VirtualHost "localhost"
 
 -- smartfeeds connects here (XEP-0114).
 Component "feeds.localhost"
+	component_secret = "@SECRET@"
+
+-- The load tool (smartfeeds-load) connects here, so it needs no client accounts: a
+-- component may send from any JID of its domain (sub1@bench.localhost, …). Same secret.
+Component "bench.localhost"
 	component_secret = "@SECRET@"
 
 -- Prosody's own pubsub service, for side-by-side comparisons with smartfeeds.
