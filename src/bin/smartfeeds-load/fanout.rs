@@ -50,6 +50,14 @@ pub struct FanoutArgs {
     pub keep_subscriptions: bool,
 }
 
+/// The SHIM headers of one push copy.
+#[derive(Clone, Debug, PartialEq)]
+struct Headers {
+    last: Option<String>,
+    previous: Option<String>,
+    total: Option<String>,
+}
+
 /// What the collector saw.
 #[derive(Default)]
 struct Seen {
@@ -57,8 +65,10 @@ struct Seen {
     copies: Vec<u8>,
     /// Subscribers still waited for, per publish.
     waiting: Vec<u32>,
-    /// Per publish: (LastCursor, PreviousCursor, TotalItems) of the first copy.
-    headers: Vec<Option<(Option<String>, Option<String>, Option<String>)>>,
+    /// Per publish: the headers of the first copy.
+    headers: Vec<Option<Headers>>,
+    /// Per publish: when the first copy arrived.
+    first: Vec<Option<Instant>>,
     /// Copies whose headers differ from the first copy's.
     header_mismatches: u64,
     /// Copies without SHIM headers.
@@ -92,6 +102,7 @@ async fn collect(
         copies: vec![0; s * publishes as usize],
         waiting: vec![expected; publishes as usize],
         headers: vec![None; publishes as usize],
+        first: vec![None; publishes as usize],
         ..Default::default()
     };
     let item_prefix = format!("{prefix}-");
@@ -118,12 +129,15 @@ async fn collect(
             seen.duplicates += 1;
             continue;
         }
-        let h = (facts.last_cursor, facts.previous_cursor, facts.total_items);
-        if h.0.is_none() || h.2.is_none() {
+        let h = Headers { last: facts.last_cursor, previous: facts.previous_cursor, total: facts.total_items };
+        if h.last.is_none() || h.total.is_none() {
             seen.no_headers += 1;
         }
         match &seen.headers[p as usize] {
-            None => seen.headers[p as usize] = Some(h),
+            None => {
+                seen.headers[p as usize] = Some(h);
+                seen.first[p as usize] = Some(now);
+            }
             Some(first) if *first != h => seen.header_mismatches += 1,
             Some(_) => {}
         }
@@ -158,16 +172,16 @@ async fn subscriptions(ctx: &Ctx, op: &'static str, who: &[u32], deadline: Insta
     (tally, outcomes.into_inner())
 }
 
-/// Publishes item `p` and waits for its ack and for the collector to report it complete.
-/// Returns the ack outcome and, when every subscriber got it, the time to the last copy.
+/// Publishes item `p` (sent at `sent`) and waits for its ack and for the collector to
+/// report it complete. Returns the ack outcome and, when every subscriber got it, the time
+/// to the last copy.
 async fn publish_one(
     ctx: &Ctx,
     payload: &str,
     from: Option<&str>,
-    p: u32,
+    (p, sent): (u32, Instant),
     done: &mut mpsc::UnboundedReceiver<(u32, Instant)>,
 ) -> (Result<Duration, String>, Option<Duration>) {
-    let sent = Instant::now();
     let ack = ctx.link.iq("set", from, &ctx.common.service, payload, ctx.timeout());
     tokio::pin!(ack);
     let give_up = tokio::time::sleep(ctx.timeout());
@@ -200,9 +214,9 @@ async fn publish_one(
 fn chain_breaks(seen: &Seen) -> u64 {
     let mut breaks = 0;
     for pair in seen.headers.windows(2) {
-        let (Some((last, _, total)), Some((_, prev, next_total))) = (&pair[0], &pair[1]) else { continue };
+        let (Some(a), Some(b)) = (&pair[0], &pair[1]) else { continue };
         let count = |t: &Option<String>| t.as_deref().and_then(|t| t.parse::<u64>().ok());
-        if prev != last || count(next_total) != count(total).map(|t| t + 1) {
+        if b.previous != a.last || count(&b.total) != count(&a.total).map(|t| t + 1) {
             breaks += 1;
         }
     }
@@ -237,14 +251,15 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     let cpu = ctx.cpu_window();
     let started = Instant::now();
     let (mut acks, mut fanouts) = (Tally::default(), Tally::default());
-    let mut published = 0u32;
+    let mut sent_at = Vec::new();
     for p in 0..args.publishes {
         if !ctx.open() {
             break;
         }
         let payload = publish(&c.node, &format!("{prefix}-{p}"), &format!("Fan-out item {p}"), 0);
-        let (ack, complete) = publish_one(ctx, &payload, args.from.as_deref(), p, &mut done_rx).await;
-        published = p + 1;
+        sent_at.push(Instant::now());
+        let (ack, complete) =
+            publish_one(ctx, &payload, args.from.as_deref(), (p, sent_at[p as usize]), &mut done_rx).await;
         match ack {
             Ok(latency) => acks.ok(latency),
             Err(kind) => {
@@ -267,6 +282,9 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     let expected = acks.lat_us.len() as u64 * n_subscribed;
     let delivered = seen.copies.iter().filter(|&&n| n > 0).count() as u64;
     let breaks = chain_breaks(&seen);
+    let mut first_us: Vec<u64> = (seen.first.iter().zip(&sent_at))
+        .filter_map(|(first, sent)| Some(first.as_ref()?.duration_since(*sent).as_micros() as u64))
+        .collect();
     for (kind, n) in [
         ("duplicate notifications", seen.duplicates),
         ("unexpected stanzas", seen.unexpected),
@@ -293,7 +311,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     // ops and rate are notifications; the latencies are per publish, to the last copy.
     report.standard(delivered, &mut fanouts, elapsed, &cpu);
     report.int("subscribers", n_subscribed);
-    report.int("publishes", published.into());
+    report.int("publishes", sent_at.len() as u64);
     report.int("publish_errors", acks.error_count());
     report.int("expected", expected);
     report.int("missing", expected.saturating_sub(delivered));
@@ -303,6 +321,10 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     let ack = percentiles(&mut acks.lat_us);
     report.num("ack_p50_ms", ack.map(|p| p.p50));
     report.num("ack_p99_ms", ack.map(|p| p.p99));
+    // Time to the first copy: how soon fan-out starts, beside how long it takes (p50_ms).
+    let first = percentiles(&mut first_us);
+    report.num("first_copy_p50_ms", first.map(|p| p.p50));
+    report.num("first_copy_p99_ms", first.map(|p| p.p99));
     report.num("subscribe_rate", Some(sub_tally.lat_us.len() as f64 / sub_elapsed.as_secs_f64()));
     report.num("subscribe_p99_ms", percentiles(&mut sub_tally.lat_us).map(|p| p.p99));
     report.int("subscribe_errors", sub_tally.error_count());
@@ -329,7 +351,7 @@ mod tests {
     #[test]
     fn header_chain_checks_cursor_and_count() {
         let h = |last: &str, prev: Option<&str>, total: u64| {
-            Some((Some(last.to_string()), prev.map(String::from), Some(total.to_string())))
+            Some(Headers { last: Some(last.into()), previous: prev.map(String::from), total: Some(total.to_string()) })
         };
         let good = Seen {
             headers: vec![h("a", None, 1), h("b", Some("a"), 2), None, h("d", Some("c"), 9)],

@@ -41,7 +41,7 @@ use report::Report;
 /// Load generator for XEP-0060 pubsub services (smartfeeds, Prosody's mod_pubsub, …),
 /// connecting as an XEP-0114 component.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about = None)]
+#[command(version)]
 struct Cli {
     #[command(subcommand)]
     mode: Mode,
