@@ -1,20 +1,38 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit and property tests, and the end-to-end tests that start
-# private Prosody instances on free loopback ports. Installs Prosody if it is missing.
+# private XMPP servers on free loopback ports — first everything against Prosody 0.12, then
+# the end-to-end tests (tests/e2e_*.rs) again against ejabberd 23.01
+# (SMARTFEEDS_TEST_SERVER=ejabberd; see tests/common/host.rs). Installs Prosody and ejabberd
+# (Debian packages) if they are missing. Exits non-zero if either run fails; both always run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v prosody >/dev/null 2>&1; then
-	echo "installing prosody (Debian package)..." >&2
+missing=()
+command -v prosody >/dev/null 2>&1 || [ -x /usr/bin/prosody ] || missing+=(prosody)
+command -v ejabberdctl >/dev/null 2>&1 || [ -x /usr/sbin/ejabberdctl ] || missing+=(ejabberd)
+if [ "${#missing[@]}" -gt 0 ]; then
+	echo "installing ${missing[*]} (Debian packages)..." >&2
 	if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
 	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prosody >/dev/null
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --quiet -- -D warnings
+
+status=0
+started=$SECONDS
 if cargo nextest --version >/dev/null 2>&1; then
-	cargo nextest run --no-fail-fast
+	SMARTFEEDS_TEST_SERVER=prosody cargo nextest run --no-fail-fast || status=1
+	echo "test.sh: all tests, Prosody: $((SECONDS - started)) s" >&2
+	started=$SECONDS
+	SMARTFEEDS_TEST_SERVER=ejabberd cargo nextest run --no-fail-fast -E 'binary(/^e2e_/)' || status=1
+	echo "test.sh: end-to-end tests, ejabberd: $((SECONDS - started)) s" >&2
 else
-	cargo test --no-fail-fast
+	SMARTFEEDS_TEST_SERVER=prosody cargo test --no-fail-fast || status=1
+	echo "test.sh: all tests, Prosody: $((SECONDS - started)) s" >&2
+	started=$SECONDS
+	SMARTFEEDS_TEST_SERVER=ejabberd cargo test --no-fail-fast --test 'e2e_*' || status=1
+	echo "test.sh: end-to-end tests, ejabberd: $((SECONDS - started)) s" >&2
 fi
+exit "$status"
