@@ -41,6 +41,8 @@ struct Dispatcher {
     out: Mutex<Option<mpsc::Sender<Stanza>>>,
     slots: Arc<Semaphore>,
     closing: AtomicBool,
+    /// Set at shutdown, so requests waiting for their sender's rate are answered at once.
+    closing_rx: watch::Receiver<bool>,
 }
 
 impl Dispatcher {
@@ -109,7 +111,14 @@ impl Dispatcher {
         let this = self.clone();
         tokio::spawn(async move {
             if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
+                let mut closing = this.closing_rx.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = closing.wait_for(|c| *c) => {
+                        this.refuse(iq, out, service_unavailable("the service is shutting down"));
+                        return;
+                    }
+                }
             }
             let Ok(_slot) = this.slots.clone().acquire_owned().await else { return };
             let (kind, started) = (request_kind(&iq), std::time::Instant::now());
@@ -178,6 +187,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let n = notifier.clone();
     let fanout = tokio::spawn(async move { n.run(change_rx, push_tx, stop_rx).await });
+    let (closing_tx, closing_rx) = watch::channel(false);
     let dispatcher = Arc::new(Dispatcher {
         router: Router::new(svc, me.clone()),
         limiter: Limiter::new(
@@ -191,17 +201,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         out: Mutex::new(Some(out_tx)),
         slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT as usize)),
         closing: AtomicBool::new(false),
+        closing_rx: closing_rx.clone(),
     });
     let link_cfg = LinkConfig::new(config.component.server.clone(), me, config.component.secret.clone());
     let d = dispatcher.clone();
     let outbound = Outbound { replies: out_rx, pushes: push_rx };
-    let mut link = tokio::spawn(component::run(link_cfg, outbound, move |ev| d.on_inbound(ev)));
+    let mut link = tokio::spawn(component::run(link_cfg, outbound, closing_rx, move |ev| d.on_inbound(ev)));
 
     tokio::select! {
         _ = shutdown_signal() => tracing::info!("shutting down"),
         _ = &mut link => anyhow::bail!("the component link ended unexpectedly"),
     }
     dispatcher.closing.store(true, Ordering::SeqCst);
+    let _ = closing_tx.send(true);
     if tokio::time::timeout(DRAIN, dispatcher.slots.acquire_many(MAX_IN_FLIGHT)).await.is_err() {
         tracing::warn!("requests still in flight after {DRAIN:?}; closing anyway");
     }

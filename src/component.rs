@@ -139,6 +139,21 @@ fn copy(s: &Stanza) -> Stanza {
     }
 }
 
+/// `service-unavailable` (wait) for a get or set that arrives during shutdown.
+fn refusal(cfg: &LinkConfig, stanza: Stanza) -> Option<Stanza> {
+    let (Stanza::Iq(Iq::Get { from: Some(from), id, .. }) | Stanza::Iq(Iq::Set { from: Some(from), id, .. })) = stanza
+    else {
+        return None;
+    };
+    let error = xmpp_parsers::stanza_error::StanzaError::new(
+        xmpp_parsers::stanza_error::ErrorType::Wait,
+        xmpp_parsers::stanza_error::DefinedCondition::ServiceUnavailable,
+        "en",
+        "the service is shutting down",
+    );
+    Some(Iq::Error { from: Some(cfg.jid.clone()), to: Some(from), id, error, payload: None }.into())
+}
+
 fn ping(cfg: &LinkConfig, n: u64) -> Stanza {
     Iq::from_get(format!("keepalive-{n}"), Ping).with_from(cfg.jid.clone()).with_to(cfg.ping_to.clone()).into()
 }
@@ -157,7 +172,12 @@ pub struct Outbound {
 /// While the link is down, outbound stanzas wait in their queues, and the one being written
 /// when the link broke is written again after the next login, so replies and pushes
 /// produced during an outage are not lost.
-pub async fn run(cfg: LinkConfig, mut out: Outbound, mut inbound: impl FnMut(Inbound)) {
+pub async fn run(
+    cfg: LinkConfig,
+    mut out: Outbound,
+    closing: tokio::sync::watch::Receiver<bool>,
+    mut inbound: impl FnMut(Inbound),
+) {
     let mut logins = 0u64;
     let mut backoff = Duration::from_millis(250);
     let mut pending: Option<Stanza> = None;
@@ -203,6 +223,9 @@ pub async fn run(cfg: LinkConfig, mut out: Outbound, mut inbound: impl FnMut(Inb
                     None => replies_open = false,
                 },
                 r = read(&mut link) => match r {
+                    // Shutting down: requests are answered here, so none that arrives before
+                    // the stream closes goes unanswered.
+                    Read::Stanza(s) if *closing.borrow() => pending = refusal(&cfg, *s),
                     Read::Stanza(s) => inbound(Inbound::Stanza(s)),
                     Read::Malformed { kind, id, from, why } => inbound(Inbound::Malformed { kind, id, from, why }),
                     Read::Idle => {

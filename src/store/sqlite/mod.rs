@@ -55,6 +55,10 @@ pub struct StoreStats {
 /// Dropping the last clone stops the writer once it has finished every queued job; outside
 /// a tokio runtime the drop waits for that, inside one it does not block (the thread
 /// finishes on its own). Call [`SqliteStore::close`] to wait for it from async code.
+///
+/// The change sink and the commit observer run on the writer thread between COMMIT and the
+/// answers: they must be quick and must not wait on this store (hand the changes to a
+/// channel), or every writer waits with them.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
