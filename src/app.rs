@@ -173,14 +173,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(addr) = config.metrics.listen {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("metrics.listen {addr}"))?;
         tracing::info!(%addr, "metrics at http://{addr}/metrics");
-        let queues = [("replies", out_tx.downgrade()), ("pushes", push_tx.downgrade())];
+        let (replies, pushes) = (out_tx.downgrade(), push_tx.downgrade());
         let refresh = move |m: &Metrics| {
-            for (queue, weak) in &queues {
-                let depth = weak.upgrade().map_or(0, |s| s.max_capacity() - s.capacity());
+            let depths = [("replies", depth(&replies)), ("pushes", depth(&pushes)), ("changes", depth(&weak_changes))];
+            for (queue, depth) in depths {
                 m.queue_depth.get_or_create(&crate::metrics::QueueLabel { queue }).set(depth as i64);
             }
-            let depth = weak_changes.upgrade().map_or(0, |s| s.max_capacity() - s.capacity());
-            m.queue_depth.get_or_create(&crate::metrics::QueueLabel { queue: "changes" }).set(depth as i64);
         };
         tokio::spawn(crate::metrics::serve(listener, metrics.clone(), Arc::new(refresh)));
     }
@@ -254,6 +252,11 @@ fn lock_database(db: &std::path::Path) -> anyhow::Result<std::fs::File> {
 }
 
 /// Resolves on SIGTERM or ctrl-c.
+/// How many messages wait in a queue (0 once it is closed).
+fn depth<T>(queue: &mpsc::WeakSender<T>) -> usize {
+    queue.upgrade().map_or(0, |s| s.max_capacity() - s.capacity())
+}
+
 async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

@@ -20,6 +20,9 @@ use xmpp_parsers::component::Handshake;
 use xmpp_parsers::iq::Iq;
 use xmpp_parsers::ns;
 use xmpp_parsers::ping::Ping;
+use xso::AsXml;
+
+use crate::xmpp::payloads::Push;
 
 type Link = XmppStream<BufStream<TcpStream>>;
 
@@ -130,15 +133,6 @@ async fn read(link: &mut Link) -> Read {
     }
 }
 
-/// A copy of a stanza, kept until its write succeeded (`Stanza` itself is not `Clone`).
-fn copy(s: &Stanza) -> Stanza {
-    match s {
-        Stanza::Iq(i) => Stanza::Iq(i.clone()),
-        Stanza::Message(m) => Stanza::Message(m.clone()),
-        Stanza::Presence(p) => Stanza::Presence(p.clone()),
-    }
-}
-
 /// `service-unavailable` (wait) for a get or set that arrives during shutdown.
 fn refusal(cfg: &LinkConfig, stanza: Stanza) -> Option<Stanza> {
     let (Stanza::Iq(Iq::Get { from: Some(from), id, .. }) | Stanza::Iq(Iq::Set { from: Some(from), id, .. })) = stanza
@@ -162,7 +156,26 @@ fn ping(cfg: &LinkConfig, n: u64) -> Stanza {
 /// delays an answer.
 pub struct Outbound {
     pub replies: mpsc::Receiver<Stanza>,
-    pub pushes: mpsc::Receiver<Stanza>,
+    pub pushes: mpsc::Receiver<Push>,
+}
+
+/// What the link writes next: a stanza, or one copy of a push (which it writes straight from
+/// the body all copies share).
+#[allow(clippy::large_enum_variant, reason = "there is only ever one: the link's next write")]
+enum Outgoing {
+    Stanza(Stanza),
+    Push(Push),
+}
+
+impl AsXml for Outgoing {
+    type ItemIter<'x> = Box<dyn Iterator<Item = Result<xso::Item<'x>, xso::error::Error>> + 'x>;
+
+    fn as_xml_iter(&self) -> Result<Self::ItemIter<'_>, xso::error::Error> {
+        match self {
+            Outgoing::Stanza(s) => s.as_xml_dyn_iter(),
+            Outgoing::Push(p) => p.as_xml_iter(),
+        }
+    }
 }
 
 /// Runs the link until both outbound queues are closed (every sender dropped) and drained:
@@ -180,7 +193,7 @@ pub async fn run(
 ) {
     let mut logins = 0u64;
     let mut backoff = Duration::from_millis(250);
-    let mut pending: Option<Stanza> = None;
+    let mut pending: Option<Outgoing> = None;
     let (mut replies_open, mut pushes_open) = (true, true);
     loop {
         let mut link = match login(&cfg).await {
@@ -199,12 +212,17 @@ pub async fn run(
         let mut keepalive = tokio::time::interval(cfg.keepalive);
         keepalive.tick().await;
         let mut pings = 0u64;
+        // Stanzas are handed to the stream's buffer as they come, and the buffer is flushed
+        // once nothing else is ready: a burst of pushes or replies then leaves in a few large
+        // writes instead of one system call per stanza.
+        let mut unflushed = false;
         let reason = loop {
-            if let Some(stanza) = pending.take()
-                && let Err(e) = link.send(&XmppStreamElement::Stanza(copy(&stanza))).await
-            {
-                pending = Some(stanza);
-                break format!("write failed: {e}");
+            if let Some(next) = &pending {
+                if let Err(e) = link.feed(next).await {
+                    break format!("write failed: {e}");
+                }
+                pending = None;
+                unflushed = true;
             }
             if !replies_open && !pushes_open {
                 // Every sender is gone: the application is shutting down.
@@ -219,28 +237,34 @@ pub async fn run(
                 // less when replies back up is the backpressure), then pushes.
                 biased;
                 r = out.replies.recv(), if replies_open => match r {
-                    Some(stanza) => pending = Some(stanza),
+                    Some(stanza) => pending = Some(Outgoing::Stanza(stanza)),
                     None => replies_open = false,
                 },
                 r = read(&mut link) => match r {
                     // Shutting down: requests are answered here, so none that arrives before
                     // the stream closes goes unanswered.
-                    Read::Stanza(s) if *closing.borrow() => pending = refusal(&cfg, *s),
+                    Read::Stanza(s) if *closing.borrow() => pending = refusal(&cfg, *s).map(Outgoing::Stanza),
                     Read::Stanza(s) => inbound(Inbound::Stanza(s)),
                     Read::Malformed { kind, id, from, why } => inbound(Inbound::Malformed { kind, id, from, why }),
                     Read::Idle => {
                         pings += 1;
-                        pending = Some(ping(&cfg, pings));
+                        pending = Some(Outgoing::Stanza(ping(&cfg, pings)));
                     }
                     Read::Gone(reason) => break reason,
                 },
                 r = out.pushes.recv(), if pushes_open => match r {
-                    Some(stanza) => pending = Some(stanza),
+                    Some(push) => pending = Some(Outgoing::Push(push)),
                     None => pushes_open = false,
                 },
                 _ = keepalive.tick() => {
                     pings += 1;
-                    pending = Some(ping(&cfg, pings));
+                    pending = Some(Outgoing::Stanza(ping(&cfg, pings)));
+                }
+                _ = std::future::ready(()), if unflushed => {
+                    if let Err(e) = SinkExt::<&Outgoing>::flush(&mut link).await {
+                        break format!("write failed: {e}");
+                    }
+                    unflushed = false;
                 }
             }
         };

@@ -11,16 +11,16 @@
 //! push. Messages wait in their own bounded queue, which the link drains after replies.
 
 use super::payloads::shim::SyncHeaders;
-use super::payloads::{Headers, item_published, item_retracted, push_message};
+use super::payloads::{Headers, Push, PushBody, item_published, item_retracted};
 use super::router::payload_element;
 use crate::feed::{Change, FeedError, Payload};
 use crate::metrics::Metrics;
 use crate::store::{Store, Subscription};
 use jid::Jid;
+use minidom::Element;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
-use tokio_xmpp::Stanza;
 
 /// Fans changes out to subscribers.
 pub struct Notifier<S: Store> {
@@ -64,7 +64,7 @@ impl<S: Store> Notifier<S> {
     pub async fn run(
         &self,
         mut changes: mpsc::Receiver<Change>,
-        out: mpsc::Sender<Stanza>,
+        out: mpsc::Sender<Push>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         let mut n = 0u64;
@@ -97,8 +97,9 @@ impl<S: Store> Notifier<S> {
         }
     }
 
-    /// The messages one change makes, in subscription order within each view.
-    async fn messages(&self, change: &Change, n: &mut u64) -> Result<Vec<Stanza>, FeedError> {
+    /// The messages one change makes, in subscription order within each view. The copies of
+    /// one view share one body per node name as subscribers wrote it (usually just one).
+    async fn messages(&self, change: &Change, n: &mut u64) -> Result<Vec<Push>, FeedError> {
         let feed = change.feed.clone();
         let views: Vec<String> = change.views.iter().map(|v| v.view.clone()).collect();
         let subs: Vec<Vec<Subscription>> = self
@@ -114,23 +115,27 @@ impl<S: Store> Notifier<S> {
             Payload::Entry(_) => Some(payload_element(item)?),
             Payload::Tombstone { .. } => None,
         };
-        let mut out = Vec::new();
+        let from = self.me.to_string();
+        let mut out = Vec::with_capacity(subs.iter().map(Vec::len).sum());
         for (vc, subs) in change.views.iter().zip(subs) {
-            let headers: Headers = SyncHeaders {
+            let headers: Element = Headers::from(SyncHeaders {
                 total_items: vc.count,
                 previous_cursor: vc.previous.map(|c| c.to_string()),
                 last_cursor: vc.last.to_string(),
-            }
+            })
             .into();
+            let mut bodies: HashMap<String, Arc<PushBody>> = HashMap::new();
             for sub in subs {
-                let Ok(to) = Jid::new(&sub.jid) else { continue };
-                let event = match &payload {
-                    Some(entry) => item_published(&sub.node, &item.id, entry.clone()),
-                    None => item_retracted(&sub.node, &item.id),
-                };
+                let body = bodies.entry(sub.node).or_insert_with_key(|node| {
+                    let event = match &payload {
+                        Some(entry) => item_published(node, &item.id, entry.clone()),
+                        None => item_retracted(node, &item.id),
+                    };
+                    Arc::new(PushBody { from: from.clone(), event: event.into(), headers: headers.clone() })
+                });
                 *n += 1;
-                let m = push_message(self.me.clone(), to, format!("push-{n}"), event, headers.clone());
-                out.push(m.into());
+                // The JID was checked when the subscription was made.
+                out.push(Push { to: sub.jid, id: format!("push-{n}"), body: body.clone() });
             }
         }
         Ok(out)

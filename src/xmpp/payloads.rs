@@ -13,7 +13,7 @@
 //!   item, because xmpp-parsers' `pubsub::Item` keeps the first element and silently drops
 //!   the rest (a payload of two entries would pass as one);
 //! - [`shim`]: XEP-0131 headers (xmpp-parsers has no SHIM module);
-//! - [`event`]: builders for the push headline (pubsub#event + SHIM headers);
+//! - [`event`]: the push headline (pubsub#event + SHIM headers), shared by all its copies;
 //! - [`pubsub_errors`]: the `http://jabber.org/protocol/pubsub#errors` conditions carried in
 //!   `StanzaError::other`;
 //! - [`atom`]: the Atom entry inspector and RFC 6721 tombstones.
@@ -28,7 +28,7 @@ pub mod shim;
 pub mod subscriptions;
 
 pub use atom::{DeletedEntry, EntryError, inspect_entry, inspect_item, parse_stored, tombstone};
-pub use event::{item_published, item_retracted, push_message};
+pub use event::{Push, PushBody, item_published, item_retracted};
 pub use items::{ItemsPage, ItemsQuery, ItemsRequest, ItemsResult, PageItem};
 pub use publish::{Publish, PublishItem, PublishRequest, publish_result};
 pub use pubsub_errors::{PubSubErrorCondition, stanza_error};

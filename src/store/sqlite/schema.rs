@@ -6,6 +6,7 @@
 //! what this binary knows is refused rather than misread.
 
 use crate::store::StoreError;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
 use std::time::Duration;
 
@@ -124,6 +125,10 @@ pub(crate) fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     conn.pragma_update(None, "foreign_keys", true)?;
+    // Plans must not depend on bound values: otherwise SQLite marks a cached statement whose
+    // plan looked at a parameter (every `LIMIT ?` here) as expired each time that parameter
+    // is bound again, and re-prepares it on the next step, which cost more than the page read.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     Ok(())
 }
 

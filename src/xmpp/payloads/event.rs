@@ -4,15 +4,22 @@
 //! xmpp-parsers' [`Event`] already writes exactly
 //! `<event xmlns="http://jabber.org/protocol/pubsub#event"><items node="N"><item id="X">ENTRY
 //! </item></items></event>` and the retraction form `<items node="N"><retract id="X"/></items>`
-//! (the tests below pin that), so we reuse it and only add builders.
+//! (the tests below pin that), so we reuse it for the payload.
+//!
+//! The message itself is a [`Push`]: one change goes to thousands of subscribers with the
+//! same event and headers, so those are built once and shared ([`PushBody`]), and each copy
+//! adds only its address and stanza id. It is written to the stream straight from the shared
+//! body ([`AsXml`]), never copied into a per-subscriber `Message`.
 
-use jid::Jid;
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use minidom::Element;
-use xmpp_parsers::message::{Id, Message};
-use xmpp_parsers::pubsub::event::{Event, Item, Payload};
+use xmpp_parsers::ns;
+use xmpp_parsers::pubsub::event::{Event, Item as EventItem, Payload};
 use xmpp_parsers::pubsub::{ItemId, NodeName};
-
-use super::shim::Headers;
+use xso::exports::rxml::{Namespace, NcNameStr, xml_ncname};
+use xso::{AsXml, Item, error::Error};
 
 /// The event of a published (or updated) item: `<items node><item id>ENTRY</item></items>`.
 /// `node` is the node name as the subscriber wrote it.
@@ -20,7 +27,7 @@ pub fn item_published(node: &str, id: &str, entry: Element) -> Event {
     Event {
         payload: Payload::Items {
             node: NodeName(node.to_owned()),
-            published: vec![Item { id: Some(ItemId(id.to_owned())), publisher: None, payload: Some(entry) }],
+            published: vec![EventItem { id: Some(ItemId(id.to_owned())), publisher: None, payload: Some(entry) }],
             retracted: Vec::new(),
         },
     }
@@ -37,19 +44,53 @@ pub fn item_retracted(node: &str, id: &str) -> Event {
     }
 }
 
-/// The headline message carrying `event` and `headers` from the component (`from`, which
-/// Prosody requires to be the component's JID) to the subscriber `to`, with stanza id `id`.
-pub fn push_message(from: Jid, to: Jid, id: String, event: Event, headers: Headers) -> Message {
-    let mut message = Message::headline(Some(to)).with_payload(event).with_payload(headers);
-    message.from = Some(from);
-    message.id = Some(Id(id));
-    message
+/// What every copy of one push shares: the sender (the component's JID, which Prosody
+/// requires as `from`), the `<event/>` and the `<headers/>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PushBody {
+    pub from: String,
+    pub event: Element,
+    pub headers: Element,
+}
+
+/// One copy of a push: the shared body, sent to `to` with stanza id `id`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Push {
+    pub to: String,
+    pub id: String,
+    pub body: Arc<PushBody>,
+}
+
+impl AsXml for Push {
+    type ItemIter<'x> = Box<dyn Iterator<Item = Result<Item<'x>, Error>> + 'x>;
+
+    fn as_xml_iter(&self) -> Result<Self::ItemIter<'_>, Error> {
+        fn attr<'x>(name: &'static NcNameStr, value: &'x str) -> Item<'x> {
+            Item::Attribute(Namespace::NONE, Cow::Borrowed(name), Cow::Borrowed(value))
+        }
+        let head = [
+            Item::ElementHeadStart(Namespace::from_str(ns::DEFAULT_NS), Cow::Borrowed(xml_ncname!("message"))),
+            attr(xml_ncname!("from"), &self.body.from),
+            attr(xml_ncname!("to"), &self.to),
+            attr(xml_ncname!("type"), "headline"),
+            attr(xml_ncname!("id"), &self.id),
+            Item::ElementHeadEnd,
+        ];
+        Ok(Box::new(
+            head.into_iter()
+                .map(Ok)
+                .chain(self.body.event.as_xml_iter()?)
+                .chain(self.body.headers.as_xml_iter()?)
+                .chain(std::iter::once(Ok(Item::ElementFoot))),
+        ))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xmpp::payloads::shim::SyncHeaders;
+    use crate::xmpp::payloads::shim::{Headers, SyncHeaders};
+    use xmpp_parsers::message::{Message, MessageType};
 
     const ENTRY: &str = "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:x</id></entry>";
 
@@ -93,19 +134,37 @@ mod tests {
             </message>"
             .parse()
             .unwrap();
-        let message = push_message(
-            "feeds.example.com".parse().unwrap(),
-            "alice@example.net/1".parse().unwrap(),
-            "p1".into(),
-            item_retracted("c", "X"),
-            SyncHeaders { total_items: 427, previous_cursor: Some("1_0_1".into()), last_cursor: "2_0_2".into() }.into(),
-        );
-        assert_eq!(Element::from(message.clone()), elem);
+        let headers: Headers =
+            SyncHeaders { total_items: 427, previous_cursor: Some("1_0_1".into()), last_cursor: "2_0_2".into() }.into();
+        let body = PushBody {
+            from: "feeds.example.com".into(),
+            event: item_retracted("c", "X").into(),
+            headers: headers.into(),
+        };
+        let push = Push { to: "alice@example.net/1".into(), id: "p1".into(), body: Arc::new(body) };
+        let written: Element = xso::transform(&push).unwrap();
+        assert_eq!(written, elem);
 
         // And back, as a test client reads it.
         let parsed = Message::try_from(elem).unwrap();
-        assert_eq!(parsed, message);
+        assert_eq!(parsed.type_, MessageType::Headline);
         let headers = parsed.payloads.iter().find_map(|p| Headers::try_from(p.clone()).ok()).unwrap();
         assert_eq!(SyncHeaders::try_from(&headers).unwrap().total_items, 427);
+    }
+
+    #[test]
+    fn values_are_escaped() {
+        let body = PushBody {
+            from: "feeds.example.com".into(),
+            event: item_retracted("a&b<'\"", "X").into(),
+            headers: Headers::from(SyncHeaders { total_items: 1, previous_cursor: None, last_cursor: "1_0_1".into() })
+                .into(),
+        };
+        let push = Push { to: "o'brien@example.net".into(), id: "<p>".into(), body: Arc::new(body) };
+        let written: Element = xso::transform(&push).unwrap();
+        assert_eq!(written.attr("to"), Some("o'brien@example.net"));
+        assert_eq!(written.attr("id"), Some("<p>"));
+        let event = Event::try_from(written.get_child("event", ns::PUBSUB_EVENT).unwrap().clone()).unwrap();
+        assert!(matches!(event.payload, Payload::Items { node, .. } if node.0 == "a&b<'\""));
     }
 }
