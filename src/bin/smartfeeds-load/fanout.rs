@@ -48,6 +48,10 @@ pub struct FanoutArgs {
     /// Leave the subscriptions in place at the end.
     #[arg(long)]
     pub keep_subscriptions: bool,
+    /// The service sends no SHIM sync headers (Prosody's and ejabberd's pubsub): count each
+    /// subscriber's copies, but do not check headers.
+    #[arg(long)]
+    pub without_headers: bool,
 }
 
 /// The SHIM headers of one push copy.
@@ -74,7 +78,10 @@ struct Seen {
     /// Copies without SHIM headers.
     no_headers: u64,
     duplicates: u64,
-    /// Messages for JIDs we did not subscribe, items we did not publish, or not pushes.
+    /// Notifications of items this run did not publish: services that send the last item
+    /// on subscription (ejabberd's `send_last_published_item`) do that. Not an error.
+    earlier_items: u64,
+    /// Messages for JIDs we did not subscribe, for publishes we did not make, or not pushes.
     unexpected: u64,
 }
 
@@ -86,16 +93,27 @@ fn subscriber_index(to: &str, domain: &str, subscribers: u32) -> Option<u32> {
     (host == domain && i < subscribers).then_some(i)
 }
 
+/// What the collector expects to see.
+struct Expected {
+    /// Our domain: subscribers are `sub{i}@DOMAIN`.
+    domain: String,
+    /// The run's item id prefix.
+    prefix: String,
+    /// Which subscribers did subscribe.
+    subscribed: Vec<bool>,
+    publishes: u32,
+    /// Whether pushes must carry SHIM headers.
+    check_headers: bool,
+}
+
 /// Counts pushes until `stop` fires; tells `done` when a publish has reached everyone.
 async fn collect(
     mut inbox: Inbox,
-    domain: String,
-    prefix: String,
-    subscribed: Vec<bool>,
-    publishes: u32,
+    expected: Expected,
     done: mpsc::UnboundedSender<(u32, Instant)>,
     mut stop: oneshot::Receiver<()>,
 ) -> Seen {
+    let Expected { domain, prefix, subscribed, publishes, check_headers } = expected;
     let s = subscribed.len();
     let expected = subscribed.iter().filter(|&&b| b).count() as u32;
     let mut seen = Seen {
@@ -114,6 +132,12 @@ async fn collect(
         let now = Instant::now();
         let to = el.attr("to").and_then(|to| subscriber_index(to, &domain, s as u32));
         let facts = if el.name() == "message" { push_facts(&el) } else { None };
+        if let (Some(_), Some(f)) = (to, &facts)
+            && !f.item.starts_with(&item_prefix)
+        {
+            seen.earlier_items += 1;
+            continue;
+        }
         let p = facts.as_ref().and_then(|f| f.item.strip_prefix(&item_prefix)?.parse::<u32>().ok());
         let (Some(i), Some(facts), Some(p)) = (to, facts, p) else {
             seen.unexpected += 1;
@@ -130,7 +154,7 @@ async fn collect(
             continue;
         }
         let h = Headers { last: facts.last_cursor, previous: facts.previous_cursor, total: facts.total_items };
-        if h.last.is_none() || h.total.is_none() {
+        if check_headers && (h.last.is_none() || h.total.is_none()) {
             seen.no_headers += 1;
         }
         match &seen.headers[p as usize] {
@@ -138,7 +162,7 @@ async fn collect(
                 seen.headers[p as usize] = Some(h);
                 seen.first[p as usize] = Some(now);
             }
-            Some(first) if *first != h => seen.header_mismatches += 1,
+            Some(first) if check_headers && *first != h => seen.header_mismatches += 1,
             Some(_) => {}
         }
         let waiting = &mut seen.waiting[p as usize];
@@ -238,15 +262,14 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
 
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = oneshot::channel();
-    let collector = tokio::spawn(collect(
-        inbox,
-        c.component.clone(),
-        prefix.clone(),
-        subscribed.clone(),
-        args.publishes,
-        done_tx,
-        stop_rx,
-    ));
+    let expected = Expected {
+        domain: c.component.clone(),
+        prefix: prefix.clone(),
+        subscribed: subscribed.clone(),
+        publishes: args.publishes,
+        check_headers: !args.without_headers,
+    };
+    let collector = tokio::spawn(collect(inbox, expected, done_tx, stop_rx));
 
     let cpu = ctx.cpu_window();
     let started = Instant::now();
@@ -281,7 +304,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
 
     let expected = acks.lat_us.len() as u64 * n_subscribed;
     let delivered = seen.copies.iter().filter(|&&n| n > 0).count() as u64;
-    let breaks = chain_breaks(&seen);
+    let breaks = if args.without_headers { 0 } else { chain_breaks(&seen) };
     let mut first_us: Vec<u64> = (seen.first.iter().zip(&sent_at))
         .filter_map(|(first, sent)| Some(first.as_ref()?.duration_since(*sent).as_micros() as u64))
         .collect();
@@ -317,6 +340,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     report.int("missing", expected.saturating_sub(delivered));
     report.int("duplicates", seen.duplicates);
     report.int("unexpected", seen.unexpected);
+    report.int("earlier_items", seen.earlier_items);
     report.int("header_chain_breaks", breaks);
     let ack = percentiles(&mut acks.lat_us);
     report.num("ack_p50_ms", ack.map(|p| p.p50));

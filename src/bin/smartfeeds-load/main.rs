@@ -10,14 +10,17 @@
 //! is the domain itself.
 //!
 //! Modes: `pull` (pages, RSM or `max_items`), `publish` (Atom entries), `fanout` (pushes to
-//! many subscribers), and `table` (prints JSON lines of earlier runs as one table). Every run
-//! prints one JSON line on stdout and a readable table on stderr. Work is bounded by counts
-//! and by `--duration`, and only loopback servers are accepted.
+//! many subscribers), `create` (a node, on services that need one created), and `table` and
+//! `compare` (print JSON lines of earlier runs as one table, or side by side). Every run prints one JSON line on stdout
+//! and a readable table on stderr. Work is bounded by counts and by `--duration`, and only
+//! loopback servers are accepted.
 //!
 //! The runtime is single-threaded unless `--threads` says otherwise: on a small machine the
 //! tool then takes at most one core from the service and server it measures, and its own CPU
 //! time is reported (`tool_cpu_s`) so a saturated load generator is visible.
 
+mod compare;
+mod create;
 mod fanout;
 mod link;
 mod pool;
@@ -70,8 +73,21 @@ enum Mode {
         #[command(flatten)]
         args: fanout::FanoutArgs,
     },
+    /// Create the node with room for `--max-items` items (for Prosody's and ejabberd's pubsub).
+    Create {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: create::CreateArgs,
+    },
     /// Print JSON lines of earlier runs (files, or stdin) as one table.
     Table {
+        /// Files of JSON lines; stdin when none.
+        files: Vec<PathBuf>,
+    },
+    /// Side by side: runs labelled HOST/SERVICE (files, or stdin), medians over rounds and
+    /// ratios of smartfeeds to each other service on the same host.
+    Compare {
         /// Files of JSON lines; stdin when none.
         files: Vec<PathBuf>,
     },
@@ -156,10 +172,12 @@ impl Ctx {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (common, mode) = match cli.mode {
-        Mode::Table { files } => return print_table(&files),
+        Mode::Table { files } => return print_runs(&files, report::combined_table),
+        Mode::Compare { files } => return print_runs(&files, compare::table),
         Mode::Pull { common, args } => (common, Run::Pull(args)),
         Mode::Publish { common, args } => (common, Run::Publish(args)),
         Mode::Fanout { common, args } => (common, Run::Fanout(args)),
+        Mode::Create { common, args } => (common, Run::Create(args)),
     };
     if !common.server.ip().is_loopback() {
         eprintln!("smartfeeds-load: --server {} is not a loopback address; refusing", common.server);
@@ -198,6 +216,7 @@ enum Run {
     Pull(pull::PullArgs),
     Publish(publish::PublishArgs),
     Fanout(fanout::FanoutArgs),
+    Create(create::CreateArgs),
 }
 
 async fn run(common: Common, mode: Run) -> Result<Report, String> {
@@ -215,6 +234,7 @@ async fn run(common: Common, mode: Run) -> Result<Report, String> {
             match other {
                 Run::Pull(args) => pull::run(&ctx, &args).await,
                 Run::Publish(args) => publish::run(&ctx, &args).await,
+                Run::Create(args) => create::run(&ctx, &args).await,
                 Run::Fanout(_) => unreachable!("handled above"),
             }
         }
@@ -228,7 +248,8 @@ async fn run(common: Common, mode: Run) -> Result<Report, String> {
     result
 }
 
-fn print_table(files: &[PathBuf]) -> ExitCode {
+/// Reads JSON lines of earlier runs and prints them with `show`.
+fn print_runs(files: &[PathBuf], show: fn(&[serde_json::Map<String, serde_json::Value>]) -> String) -> ExitCode {
     let text = if files.is_empty() {
         std::io::read_to_string(std::io::stdin()).map_err(|e| format!("stdin: {e}"))
     } else {
@@ -247,6 +268,6 @@ fn print_table(files: &[PathBuf]) -> ExitCode {
     };
     let runs: Vec<_> =
         text.lines().filter(|l| l.trim_start().starts_with('{')).filter_map(report::parse_line).collect();
-    print!("{}", report::combined_table(&runs));
+    print!("{}", show(&runs));
     ExitCode::SUCCESS
 }

@@ -2,12 +2,10 @@
 //! forms — one flat JSON object per run on stdout (for machines and for `table`), and a
 //! readable key/value table on stderr.
 //!
-//! The JSON is written by hand (the crate has no serde_json): values are only integers,
-//! floats, strings and null, and objects are flat, so [`parse_line`] can read them back.
-
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
+
+use serde_json::{Map, Value};
 
 /// What one worker (or a whole run) saw.
 #[derive(Default, Debug)]
@@ -68,31 +66,24 @@ pub fn percentiles(lat_us: &mut [u64]) -> Option<Percentiles> {
     Some(Percentiles { p50: rank(0.50), p99: rank(0.99), max: rank(1.0), mean })
 }
 
-/// One JSON value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Val {
-    Int(u64),
-    Num(f64),
-    Str(String),
-    Null,
-}
-
-impl std::fmt::Display for Val {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Val::Int(n) => write!(f, "{n}"),
-            Val::Num(x) if x.abs() >= 100.0 => write!(f, "{x:.1}"),
-            Val::Num(x) => write!(f, "{x:.3}"),
-            Val::Str(s) => write!(f, "{s}"),
-            Val::Null => write!(f, "-"),
+/// A value as the tables show it: integers as they are, floats to three decimals (one from
+/// 100 on), strings bare, `null` as `-`.
+pub fn cell(v: &Value) -> String {
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            if x.abs() >= 100.0 { format!("{x:.1}") } else { format!("{x:.3}") }
         }
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
     }
 }
 
 /// A run's results, in insertion order.
 #[derive(Debug, Default)]
 pub struct Report {
-    pub fields: Vec<(String, Val)>,
+    pub fields: Map<String, Value>,
 }
 
 impl Report {
@@ -103,17 +94,17 @@ impl Report {
     }
 
     pub fn int(&mut self, key: &str, v: u64) {
-        self.fields.push((key.into(), Val::Int(v)));
+        self.fields.insert(key.into(), v.into());
     }
 
     /// A float, rounded to microsecond-ish precision; `None` (or not finite) is `null`.
     pub fn num(&mut self, key: &str, v: Option<f64>) {
-        let v = v.filter(|x| x.is_finite()).map_or(Val::Null, |x| Val::Num((x * 1e4).round() / 1e4));
-        self.fields.push((key.into(), v));
+        let v = v.and_then(|x| serde_json::Number::from_f64((x * 1e4).round() / 1e4));
+        self.fields.insert(key.into(), v.map_or(Value::Null, Value::Number));
     }
 
     pub fn str(&mut self, key: &str, v: &str) {
-        self.fields.push((key.into(), Val::Str(v.into())));
+        self.fields.insert(key.into(), v.into());
     }
 
     /// The standard fields every mode reports: `ops` done in `elapsed` (the rate), errors
@@ -137,104 +128,21 @@ impl Report {
         self.str("error_kinds", &tally.error_kinds());
     }
 
+    /// The run as one JSON line.
     pub fn json(&self) -> String {
-        let mut out = String::from("{");
-        for (i, (k, v)) in self.fields.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{}:", json_str(k));
-            match v {
-                Val::Str(s) => out.push_str(&json_str(s)),
-                Val::Null => out.push_str("null"),
-                Val::Int(n) => {
-                    let _ = write!(out, "{n}");
-                }
-                // Debug keeps the full value and always has a '.' or an exponent.
-                Val::Num(x) => {
-                    let _ = write!(out, "{x:?}");
-                }
-            }
-        }
-        out.push('}');
-        out
+        Value::Object(self.fields.clone()).to_string()
     }
 
     /// `key  value` lines, aligned.
     pub fn table(&self) -> String {
-        let width = self.fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-        self.fields.iter().map(|(k, v)| format!("  {k:<width$}  {v}\n")).collect()
+        let width = self.fields.keys().map(String::len).max().unwrap_or(0);
+        self.fields.iter().map(|(k, v)| format!("  {k:<width$}  {}\n", cell(v))).collect()
     }
 }
 
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Reads back one flat JSON object as [`Report::json`] writes it (also accepts `true`,
-/// `false` as strings). `None` for anything else.
-pub fn parse_line(line: &str) -> Option<Vec<(String, Val)>> {
-    let mut chars = line.trim().chars().peekable();
-    let mut fields = Vec::new();
-    let skip_ws = |c: &mut std::iter::Peekable<std::str::Chars>| {
-        while c.next_if(|c| c.is_whitespace()).is_some() {}
-    };
-    let string = |c: &mut std::iter::Peekable<std::str::Chars>| -> Option<String> {
-        (c.next()? == '"').then_some(())?;
-        let mut s = String::new();
-        loop {
-            match c.next()? {
-                '"' => return Some(s),
-                '\\' => match c.next()? {
-                    'n' => s.push('\n'),
-                    'u' => {
-                        let hex: String = (0..4).filter_map(|_| c.next()).collect();
-                        s.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
-                    }
-                    other => s.push(other),
-                },
-                ch => s.push(ch),
-            }
-        }
-    };
-    (chars.next()? == '{').then_some(())?;
-    loop {
-        skip_ws(&mut chars);
-        if chars.next_if_eq(&'}').is_some() {
-            return Some(fields);
-        }
-        let key = string(&mut chars)?;
-        skip_ws(&mut chars);
-        (chars.next()? == ':').then_some(())?;
-        skip_ws(&mut chars);
-        let val = if chars.peek() == Some(&'"') {
-            Val::Str(string(&mut chars)?)
-        } else {
-            let raw: String = std::iter::from_fn(|| chars.next_if(|c| !matches!(c, ',' | '}'))).collect();
-            match raw.trim() {
-                "null" => Val::Null,
-                t if t.contains(['.', 'e', 'E', '-']) => Val::Num(t.parse().ok()?),
-                t => t.parse().map(Val::Int).or_else(|_| t.parse().map(Val::Num)).unwrap_or(Val::Str(t.into())),
-            }
-        };
-        fields.push((key, val));
-        skip_ws(&mut chars);
-        chars.next_if_eq(&',');
-    }
+/// Reads back one JSON object as [`Report::json`] writes it; `None` for anything else.
+pub fn parse_line(line: &str) -> Option<Map<String, Value>> {
+    serde_json::from_str(line).ok()
 }
 
 /// The columns of the combined table, in order.
@@ -254,14 +162,9 @@ const COLUMNS: [(&str, &str); 12] = [
 ];
 
 /// One row per run, the common columns only.
-pub fn combined_table(runs: &[Vec<(String, Val)>]) -> String {
+pub fn combined_table(runs: &[Map<String, Value>]) -> String {
     let cells: Vec<Vec<String>> = std::iter::once(COLUMNS.iter().map(|(_, h)| h.to_string()).collect())
-        .chain(runs.iter().map(|run| {
-            COLUMNS
-                .iter()
-                .map(|(key, _)| run.iter().find(|(k, _)| k == key).map_or("-".into(), |(_, v)| v.to_string()))
-                .collect()
-        }))
+        .chain(runs.iter().map(|run| COLUMNS.iter().map(|(key, _)| run.get(*key).map_or("-".into(), cell)).collect()))
         .collect();
     let widths: Vec<usize> = (0..COLUMNS.len()).map(|i| cells.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
     let mut out = String::new();
@@ -299,7 +202,8 @@ mod tests {
         r.str("error_kinds", "item-not-found: \"x\"\n: 3");
         let line = r.json();
         let back = parse_line(&line).unwrap();
-        assert_eq!(back, r.fields.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>(), "{line}");
+        assert_eq!(back, r.fields, "{line}");
+        assert_eq!(back.keys().next().map(String::as_str), Some("mode"), "keys keep their order: {line}");
         let table = combined_table(&[back]);
         assert!(table.lines().nth(1).unwrap().starts_with("pull"), "{table}");
     }

@@ -69,6 +69,17 @@ pub fn publish(node: &str, id: &str, title: &str, padding: usize) -> String {
     )
 }
 
+/// The `<pubsub/>` of a node creation (XEP-0060 §8.1.3) keeping up to `max_items` items.
+pub fn create_node(node: &str, max_items: u32) -> String {
+    format!(
+        "<pubsub xmlns='{NS_PUBSUB}'><create node='{}'/><configure><x xmlns='jabber:x:data' type='submit'>\
+         <field var='FORM_TYPE' type='hidden'><value>{NS_PUBSUB}#node_config</value></field>\
+         <field var='pubsub#max_items'><value>{max_items}</value></field>\
+         <field var='pubsub#persist_items'><value>1</value></field></x></configure></pubsub>",
+        esc(node)
+    )
+}
+
 /// The `<pubsub/>` of a subscribe (or unsubscribe) of `jid` to `node`.
 pub fn subscription(op: &str, node: &str, jid: &str) -> String {
     format!("<pubsub xmlns='{NS_PUBSUB}'><{op} node='{}' jid='{}'/></pubsub>", esc(node), esc(jid))
