@@ -60,5 +60,14 @@ Component "feeds.localhost"
 Component "bench.localhost"
 	component_secret = "@SECRET@"
 
--- Prosody's own pubsub service, for side-by-side comparisons with smartfeeds.
+-- Prosody's own pubsub service, for side-by-side comparisons with smartfeeds
+-- (scripts/bench-peers.sh). It keeps items in Prosody's file store ("internal"). The load
+-- tool (bench.localhost) is an admin here so that it may create nodes.
 Component "pubsub.localhost" "pubsub"
+	admins = { "bench.localhost" }
+
+-- The same service with Prosody's in-memory store: nothing is written to disk, so nothing
+-- survives a restart; its figures show what the file store costs.
+Component "pubsub-mem.localhost" "pubsub"
+	admins = { "bench.localhost" }
+	storage = "memory"

@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# smartfeeds side by side with the pubsub built into Prosody 0.12 and ejabberd 23.01.
+#
+# Usage: scripts/bench-peers.sh
+#
+# For each host (Prosody, then ejabberd) it starts a private instance on free loopback
+# ports in a temporary directory, and smartfeeds as feeds.localhost on it; the load tool
+# (smartfeeds-load) connects as the component bench.localhost, so no client logins are
+# needed. The services measured:
+#   prosody   smartfeeds            feeds.localhost        RSM pages, durable publishes
+#             mod_pubsub (file)     pubsub.localhost       Prosody's file store
+#             mod_pubsub (memory)   pubsub-mem.localhost   Prosody's memory store (not durable)
+#   ejabberd  smartfeeds            feeds.localhost
+#             mod_pubsub            pubsub.localhost       Mnesia (not fsynced)
+# Prosody 0.12's pubsub ignores RSM, so its pages are asked with max_items (the 50 newest
+# items: the one page it can serve).
+#
+# Each round runs, for every service of a host in turn: publish, pull, fan-out. After all
+# rounds the hosts' JSON lines go through `smartfeeds-load compare`: medians, spread and the
+# ratios ours / theirs.
+#
+# Environment (defaults in brackets):
+#   BENCH_HOSTS              hosts to run ["prosody ejabberd"]
+#   BENCH_SERVICES           only services whose name matches this regex [all]
+#   BENCH_ROUNDS             rounds per host [3]
+#   BENCH_PUBLISH_ITEMS      entries per publish run [2000]
+#   BENCH_PUBLISH_IN_FLIGHT  publishes in flight [64]
+#   BENCH_PULL_PAGES         pages per pull run [2000]
+#   BENCH_PULL_MAX           items per page [50]
+#   BENCH_PULL_IN_FLIGHT     page requests in flight [32]
+#   BENCH_FANOUT_SUBSCRIBERS subscribers per fan-out run [10000]
+#   BENCH_FANOUT_PUBLISHES   publishes per fan-out run, one at a time [20]
+#   BENCH_DURATION           cap in seconds on each run [300]
+#   BENCH_OUT                also append the JSON lines to this file [none]
+#   BENCH_KEEP=1             keep the temporary directory (logs, databases)
+#   BENCH_SKIP_BUILD=1       use the release binaries as they are
+#
+# Needs: prosody and ejabberd (Debian packages), cargo. Everything listens on 127.0.0.1
+# only. The processes started here are stopped on exit, also on error or ctrl-c.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+hosts=${BENCH_HOSTS:-prosody ejabberd}
+only=${BENCH_SERVICES:-.}
+rounds=${BENCH_ROUNDS:-3}
+duration=${BENCH_DURATION:-300}
+publish_items=${BENCH_PUBLISH_ITEMS:-2000}
+publish_in_flight=${BENCH_PUBLISH_IN_FLIGHT:-64}
+pull_pages=${BENCH_PULL_PAGES:-2000}
+pull_max=${BENCH_PULL_MAX:-50}
+pull_in_flight=${BENCH_PULL_IN_FLIGHT:-32}
+fanout_subscribers=${BENCH_FANOUT_SUBSCRIBERS:-10000}
+fanout_publishes=${BENCH_FANOUT_PUBLISHES:-20}
+
+log() { printf 'bench-peers: %s\n' "$*" >&2; }
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Sets the variable named $1 to a free port above 20000 that no other port of this run took.
+taken=" "
+free_port() {
+	local p
+	for _ in $(seq 1 100); do
+		p=$((20000 + RANDOM % 40000))
+		if [[ $taken != *" $p "* ]] && ! port_in_use "$p"; then
+			taken="$taken$p "
+			printf -v "$1" '%s' "$p"
+			return
+		fi
+	done
+	log "no free port found"
+	exit 1
+}
+
+# Waits up to $2 seconds for a TCP port to accept connections.
+wait_port() {
+	local deadline=$((SECONDS + $2))
+	until port_in_use "$1"; do
+		if [ "$SECONDS" -ge "$deadline" ]; then return 1; fi
+		sleep 0.1
+	done
+}
+
+for host in $hosts; do
+	case "$host" in
+		prosody) command -v prosody >/dev/null || { log "prosody not found: apt-get install prosody"; exit 1; } ;;
+		ejabberd) command -v ejabberdctl >/dev/null || [ -x /usr/sbin/ejabberdctl ] \
+			|| { log "ejabberdctl not found: apt-get install ejabberd"; exit 1; } ;;
+		*) log "unknown host '$host' (prosody, ejabberd)"; exit 2 ;;
+	esac
+done
+
+if [ "${BENCH_SKIP_BUILD:-0}" != 1 ]; then
+	log "building release binaries"
+	cargo build --release --quiet --bin smartfeeds --bin smartfeeds-load
+fi
+smartfeeds=$repo/target/release/smartfeeds
+load=$repo/target/release/smartfeeds-load
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/smartfeeds-peers-XXXXXX")
+chmod 755 "$tmp" # ejabberd runs as its own user and must reach its run directory
+results=$tmp/results.jsonl
+: >"$results"
+sf_pid=""
+server_pid=""
+stop_server=""
+
+# Stops smartfeeds (SIGTERM, then SIGKILL after 10 s) and the current server.
+stop_all() {
+	if [ -n "$sf_pid" ] && kill -0 "$sf_pid" 2>/dev/null; then
+		kill -TERM "$sf_pid" 2>/dev/null || true
+		for _ in $(seq 1 100); do kill -0 "$sf_pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$sf_pid" 2>/dev/null || true
+	fi
+	sf_pid=""
+	if [ -n "$stop_server" ]; then
+		$stop_server >/dev/null 2>&1 || true
+	fi
+	if [ -n "$server_pid" ]; then
+		# Both servers linger a little after their shutdown work; do not wait long.
+		for _ in $(seq 1 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$server_pid" 2>/dev/null || true
+	fi
+	server_pid=""
+	stop_server=""
+}
+cleanup() {
+	local status=$?
+	stop_all
+	if [ "${BENCH_KEEP:-0}" = 1 ]; then
+		log "kept $tmp"
+	else
+		rm -rf "$tmp"
+	fi
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+secret="bench-$$-$RANDOM"
+
+# Starts Prosody in $tmp/prosody; sets component_port, server_pid, stop_server.
+start_prosody() {
+	local dir=$tmp/prosody c2s
+	free_port c2s
+	free_port component_port
+	log "starting Prosody (c2s $c2s, components $component_port) in $dir"
+	PROSODY_RUN_DIR=$dir PROSODY_C2S_PORT=$c2s PROSODY_COMPONENT_PORT=$component_port \
+		PROSODY_SECRET=$secret PROSODY_LOG_LEVEL=warn "$repo/prosody/start.sh" --background >"$tmp/prosody-start.out"
+	if ! wait_port "$component_port" 15; then
+		log "Prosody did not come up:"
+		tail -n 30 "$dir/prosody.log" >&2 || true
+		exit 1
+	fi
+	for _ in $(seq 1 50); do
+		server_pid=$(cat "$dir/prosody.pid" 2>/dev/null || true)
+		[ -n "$server_pid" ] && break
+		sleep 0.1
+	done
+	stop_server="env PROSODY_RUN_DIR=$dir $repo/prosody/start.sh --stop"
+}
+
+# Starts ejabberd in $tmp/ejabberd; sets component_port, server_pid, stop_server.
+start_ejabberd() {
+	local dir=$tmp/ejabberd c2s api dist
+	free_port c2s
+	free_port component_port
+	free_port api
+	free_port dist
+	log "starting ejabberd (components $component_port) in $dir"
+	EJABBERD_RUN_DIR=$dir EJABBERD_C2S_PORT=$c2s EJABBERD_COMPONENT_PORT=$component_port \
+		EJABBERD_API_PORT=$api EJABBERD_DIST_PORT=$dist \
+		EJABBERD_NODE="smartfeeds_bench_$$@localhost" EJABBERD_SECRET=$secret EJABBERD_LOG_LEVEL=warning \
+		"$repo/ejabberd/start.sh" --background >"$tmp/ejabberd-start.out" 2>&1 || {
+		log "ejabberd did not come up:"
+		cat "$tmp/ejabberd-start.out" >&2
+		exit 1
+	}
+	server_pid=$(cat "$dir/ejabberd.pid" 2>/dev/null || pgrep -f "beam.*smartfeeds_bench_$$@localhost" | head -n 1)
+	stop_server="env EJABBERD_RUN_DIR=$dir $repo/ejabberd/start.sh --stop"
+}
+
+# Starts smartfeeds as feeds.localhost on the current server; sets sf_pid.
+start_smartfeeds() {
+	local host=$1
+	cat >"$tmp/smartfeeds-$host.toml" <<-EOF
+		# Generated by scripts/bench-peers.sh. bench.localhost (the load tool) is an admin, so it
+		# may publish anywhere and create the "bench" feed on its first publish.
+		admins = ["admin@localhost", "bench.localhost"]
+		autocreate = true
+
+		[component]
+		jid = "feeds.localhost"
+		secret = "$secret"
+		server = "127.0.0.1:$component_port"
+
+		[store]
+		path = "$tmp/smartfeeds-$host.db"
+	EOF
+	"$smartfeeds" check-config --config "$tmp/smartfeeds-$host.toml" >/dev/null
+	RUST_LOG=${RUST_LOG:-info} "$smartfeeds" --config "$tmp/smartfeeds-$host.toml" 2>"$tmp/smartfeeds-$host.log" &
+	sf_pid=$!
+	for _ in $(seq 1 150); do
+		grep -q "connected" "$tmp/smartfeeds-$host.log" 2>/dev/null && return
+		kill -0 "$sf_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	log "smartfeeds did not connect:"
+	cat "$tmp/smartfeeds-$host.log" >&2
+	exit 1
+}
+
+# Runs one load mode against one service; its JSON line goes to $results.
+#   run HOST/NAME JID MODE ARGS...
+run() {
+	local label=$1 service=$2 mode=$3
+	shift 3
+	local pids=(--server-pid "$server_pid")
+	[ "${label#*/}" = smartfeeds ] && pids+=(--service-pid "$sf_pid")
+	log "$label: $mode $*"
+	if ! timeout $((duration * 3 + 60)) "$load" "$mode" --server "127.0.0.1:$component_port" \
+		--component bench.localhost --secret "$secret" --service "$service" --node bench \
+		--duration "$duration" --label "$label" "${pids[@]}" "$@" >>"$results" 2>"$tmp/last-run.err"; then
+		log "$label: $mode failed:"
+		tail -n 5 "$tmp/last-run.err" >&2
+	fi
+}
+
+# The services of a host: NAME JID PAGING (rsm or max-items) MAX_ITEMS (node size for create;
+# 0 for smartfeeds, which keeps every item and needs no node creation).
+services_of() {
+	case "$1" in
+		prosody)
+			echo "smartfeeds feeds.localhost rsm 0"
+			# Prosody's pubsub keeps at most 256 items per node (pubsub_max_items).
+			echo "mod_pubsub(file) pubsub.localhost max-items 256"
+			echo "mod_pubsub(memory) pubsub-mem.localhost max-items 256"
+			;;
+		ejabberd)
+			echo "smartfeeds feeds.localhost rsm 0"
+			echo "mod_pubsub pubsub.localhost rsm 1000"
+			;;
+	esac
+}
+
+load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
+for host in $hosts; do
+	"start_$host"
+	start_smartfeeds "$host"
+	mapfile -t services < <(services_of "$host" | grep -E -- "^[^ ]*($only)")
+	for s in "${services[@]}"; do
+		read -r name jid paging max_items <<<"$s"
+		if [ "$max_items" != 0 ]; then
+			run "$host/$name" "$jid" create --max-items "$max_items"
+		fi
+	done
+	for round in $(seq 1 "$rounds"); do
+		log "$host: round $round of $rounds"
+		for s in "${services[@]}"; do
+			read -r name jid paging max_items <<<"$s"
+			headers=()
+			[ "$name" = smartfeeds ] || headers=(--without-headers)
+			run "$host/$name" "$jid" publish --items "$publish_items" --in-flight "$publish_in_flight"
+			run "$host/$name" "$jid" pull --pages "$pull_pages" --max "$pull_max" --in-flight "$pull_in_flight" \
+				"--$paging"
+			run "$host/$name" "$jid" fanout --subscribers "$fanout_subscribers" --publishes "$fanout_publishes" \
+				--in-flight 64 "${headers[@]}"
+		done
+	done
+	if ! kill -0 "$sf_pid" 2>/dev/null; then
+		log "smartfeeds on $host is no longer running"
+	fi
+	warnings=$(grep -E "WARN|ERROR" "$tmp/smartfeeds-$host.log" | tail -n 10 || true)
+	[ -z "$warnings" ] || printf '# smartfeeds on %s: warnings and errors\n%s\n' "$host" "$warnings" >&2
+	stop_all
+done
+
+if [ -n "${BENCH_OUT:-}" ]; then
+	cat "$results" >>"$BENCH_OUT"
+fi
+echo "# $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1); load average at start: $load_at_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# prosody $(dpkg-query -W -f='${Version}' prosody 2>/dev/null || echo '?'), ejabberd $(dpkg-query -W -f='${Version}' ejabberd 2>/dev/null || echo '?'); $rounds rounds"
+echo "# publish: $publish_items entries, $publish_in_flight in flight; pull: $pull_pages pages of $pull_max, $pull_in_flight in flight; fan-out: $fanout_subscribers subscribers x $fanout_publishes publishes"
+"$load" compare "$results"
