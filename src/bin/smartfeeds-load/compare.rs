@@ -21,7 +21,7 @@ struct Figure {
     higher_is_better: bool,
 }
 
-const FIGURES: [Figure; 6] = [
+const FIGURES: [Figure; 8] = [
     Figure { mode: "pull", key: "rate", title: "pull: pages of items per second", higher_is_better: true },
     Figure { mode: "pull", key: "p99_ms", title: "pull: p99 latency of a page, ms", higher_is_better: false },
     Figure { mode: "publish", key: "rate", title: "publish: items per second", higher_is_better: true },
@@ -33,6 +33,18 @@ const FIGURES: [Figure; 6] = [
         higher_is_better: false,
     },
     Figure { mode: "fanout", key: "rate", title: "fan-out: notifications per second", higher_is_better: true },
+    Figure {
+        mode: "fanout",
+        key: "service_rss_mib_before",
+        title: "fan-out: resident memory of the service before the first publish, MiB",
+        higher_is_better: false,
+    },
+    Figure {
+        mode: "fanout",
+        key: "service_rss_mib_after",
+        title: "fan-out: resident memory of the service after the last publish, MiB",
+        higher_is_better: false,
+    },
 ];
 
 /// The figures of one (host, service) for one figure: values of every round, and errors.

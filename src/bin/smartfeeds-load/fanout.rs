@@ -26,7 +26,7 @@ use crate::link::Inbox;
 use crate::publish::default_prefix;
 use crate::report::{Report, Tally, percentiles};
 use crate::stanzas::{outcome, publish, push_facts, subscription};
-use crate::{Ctx, pool};
+use crate::{Ctx, pool, procstat};
 
 #[derive(Args, Debug, Clone)]
 pub struct FanoutArgs {
@@ -271,6 +271,8 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     };
     let collector = tokio::spawn(collect(inbox, expected, done_tx, stop_rx));
 
+    let rss = || c.service_pid.and_then(procstat::rss_mib);
+    let rss_before = rss();
     let cpu = ctx.cpu_window();
     let started = Instant::now();
     let (mut acks, mut fanouts) = (Tally::default(), Tally::default());
@@ -298,6 +300,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     }
     let elapsed = started.elapsed();
     let cpu = cpu.finish();
+    let rss_after = rss();
     tokio::time::sleep(Duration::from_secs_f64(args.settle.clamp(0.0, 60.0))).await;
     let _ = stop_tx.send(());
     let seen = collector.await.map_err(|e| format!("collector task failed: {e}"))?;
@@ -342,6 +345,10 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     report.int("unexpected", seen.unexpected);
     report.int("earlier_items", seen.earlier_items);
     report.int("header_chain_breaks", breaks);
+    // The service's memory before the first publish and after the last: flat means the
+    // fan-out holds nothing per publish.
+    report.num("service_rss_mib_before", rss_before);
+    report.num("service_rss_mib_after", rss_after);
     let ack = percentiles(&mut acks.lat_us);
     report.num("ack_p50_ms", ack.map(|p| p.p50));
     report.num("ack_p99_ms", ack.map(|p| p.p99));

@@ -122,7 +122,7 @@ pub struct Common {
     timeout: f64,
     /// The service's process id: its CPU time over the run is reported.
     #[arg(long)]
-    service_pid: Option<u32>,
+    pub service_pid: Option<u32>,
     /// The XMPP server's process id: its CPU time over the run is reported.
     #[arg(long)]
     server_pid: Option<u32>,

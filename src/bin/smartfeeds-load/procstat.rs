@@ -1,5 +1,6 @@
 //! CPU time of other processes (the service, the XMPP server) over a measured window, from
-//! `/proc/PID/stat`: `utime + stime`, fields 14 and 15, in clock ticks.
+//! `/proc/PID/stat`: `utime + stime`, fields 14 and 15, in clock ticks; and their resident
+//! memory, from `/proc/PID/status`.
 //!
 //! Ticks per second come from `getconf CLK_TCK` once (no libc dependency for `sysconf`);
 //! when that fails, 100, the value on every common Linux configuration.
@@ -28,6 +29,14 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
     let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
     let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// The resident set size of `pid` in MiB (`VmRSS`), `None` if it cannot be read.
+pub fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 =
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 /// CPU seconds used by each watched process between [`CpuWindow::start`] and
@@ -72,5 +81,11 @@ mod tests {
         let used = window.finish();
         assert!(used[0].is_some_and(|s| s >= 0.0));
         assert!(used[1].is_none());
+    }
+
+    #[test]
+    fn own_process_has_a_resident_size() {
+        assert!(rss_mib(std::process::id()).is_some_and(|m| m > 0.0));
+        assert_eq!(rss_mib(u32::MAX), None);
     }
 }
