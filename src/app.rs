@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, watch};
-use tokio_xmpp::Stanza;
 use xmpp_parsers::iq::Iq;
 use xmpp_parsers::message::{Message, MessageType};
+use xmpp_parsers::stanza::Stanza;
 use xmpp_parsers::stanza_error::{ErrorType, StanzaError};
 
 /// Requests served at once; more wait for a slot (the link keeps reading meanwhile).
@@ -57,11 +57,12 @@ impl Dispatcher {
                 Stanza::Message(m) => self.on_message(m),
                 Stanza::Presence(_) => {}
             },
-            Inbound::Malformed { kind, id, from, why } => {
-                tracing::info!(%kind, ?from, %why, "malformed stanza");
-                let to = from.and_then(|f| Jid::new(&f).ok());
-                if let (true, Some(id), Some(to), Some(out)) = (kind == "iq", id, to, self.sender()) {
-                    let reply = self.router.malformed(to, id, &why);
+            Inbound::Malformed { header, why, over_limit } => {
+                tracing::info!(kind = %header.name, from = ?header.from, %why, "malformed stanza");
+                let to = header.from.and_then(|f| Jid::new(&f).ok());
+                let request = header.name == "iq" && matches!(header.type_.as_deref(), Some("get" | "set"));
+                if let (true, Some(id), Some(to), Some(out)) = (request, header.id, to, self.sender()) {
+                    let reply = self.router.malformed(to, id, &why, over_limit);
                     tokio::spawn(async move { out.send(reply.into()).await });
                 }
             }
@@ -201,7 +202,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         closing: AtomicBool::new(false),
         closing_rx: closing_rx.clone(),
     });
-    let link_cfg = LinkConfig::new(config.component.server.clone(), me, config.component.secret.clone());
+    let mut link_cfg = LinkConfig::new(config.component.server.clone(), me, config.component.secret.clone());
+    // A publish just over the payload limit must still arrive whole, to get its precise
+    // `payload-too-big`; escaping can double an entry's size on the wire.
+    link_cfg.limits.max_stanza_bytes =
+        link_cfg.limits.max_stanza_bytes.max(2 * config.limits.max_payload_bytes + (64 << 10));
     let d = dispatcher.clone();
     let outbound = Outbound { replies: out_rx, pushes: push_rx };
     let mut link = tokio::spawn(component::run(link_cfg, outbound, closing_rx, move |ev| d.on_inbound(ev)));

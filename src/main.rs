@@ -58,10 +58,7 @@ fn main() -> ExitCode {
         }
         Command::Run => {
             smartfeeds::logging::init(cli.log_json);
-            // Deeply nested stanzas are parsed and dropped recursively; a big (lazily committed)
-            // stack keeps the deepest stanza a server forwards from overflowing it.
-            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_stack_size(256 << 20).build()
-            {
+            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("smartfeeds: cannot start the runtime: {e}");

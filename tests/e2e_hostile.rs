@@ -1,6 +1,3 @@
-// Helpers below also serve the raw-stream cases (huge attributes, deep nesting) that are
-// being reworked; see the note at the end of this file.
-#![allow(dead_code)]
 //! Malformed and hostile stanzas, end to end (SPEC §3, §4, §6, §7 "every iq get/set gets
 //! exactly one reply"; RFC 6120 §8.2.3, §8.3), against a real Prosody and the real
 //! `smartfeeds`. Each case gets its error reply, or is ignored where RFC 6120 says so, and
@@ -614,9 +611,152 @@ async fn unsolicited_results_errors_messages_and_presence_are_ignored() {
     still_serving("unsolicited stanzas").await;
 }
 
-// Known gaps (open work), found by cases removed from this file until they are fixed:
-// - an attribute value over 8 KiB makes the XML reader of the component link fail
-//   ("long name or reference"), so the link reconnects and that request gets no reply;
-// - a stanza nested several hundred levels deep overflowed a runtime worker's stack (the
-//   runtime now has large stacks; the case needs re-checking, and ejabberd 23.01 itself
-//   crashes on it).
+#[tokio::test]
+async fn huge_attribute_values() {
+    // A fixture of its own: run_cases restarts the process if a case kills it.
+    let mut fx = Fixture::start(TABLES);
+    seed(&fx).await;
+    let n200k = "n".repeat(200_000);
+    let n9k = "n".repeat(9_000);
+    let items = |node: &str, inner: &str| {
+        format!(
+            "<iq type='get' id='case' to='{COMPONENT}'><pubsub xmlns='{PUBSUB}'><items node='{node}'>{inner}</items></pubsub></iq>"
+        )
+    };
+    let cases = vec![
+        // Under Prosody's 256 KiB: they reach the component, which must answer.
+        Case {
+            what: "a 9 KB node name",
+            who: "alice",
+            stanza: items(&n9k, ""),
+            expect: Some(|r| is_error(r, "item-not-found")),
+        },
+        Case {
+            what: "a 200 KB node name",
+            who: "alice",
+            stanza: items(&n200k, ""),
+            expect: Some(|r| is_error(r, "item-not-found")),
+        },
+        Case {
+            what: "a 200 KB item id in an items request",
+            who: "alice",
+            stanza: items("h", &format!("<item id='{n200k}'/>")),
+            expect: Some(is_empty_result),
+        },
+        Case {
+            what: "a 200 KB jid in a subscribe",
+            who: "alice",
+            stanza: format!(
+                "<iq type='set' id='case' to='{COMPONENT}'><pubsub xmlns='{PUBSUB}'><subscribe node='h' jid='{n200k}'/></pubsub></iq>"
+            ),
+            expect: Some(|r| {
+                is_error(r, "bad-request")?;
+                // The error's text quotes the jid, clipped: no 200 KB echo.
+                if r.len() < 2000 { Ok(()) } else { Err(format!("a {}-byte error reply", r.len())) }
+            }),
+        },
+        Case {
+            what: "a 200 KB cursor (element text)",
+            who: "alice",
+            stanza: format!(
+                "<iq type='get' id='case' to='{COMPONENT}'><pubsub xmlns='{PUBSUB}'><items node='h'/><set xmlns='{RSM}'><after>cursor:{}</after></set></pubsub></iq>",
+                "1".repeat(200_000)
+            ),
+            expect: Some(|r| is_error(r, "bad-request")),
+        },
+    ];
+    let mut failures = run_cases(&mut fx, cases).await;
+
+    // Over it (1 MB): Prosody closes the client's stream; the component never sees it.
+    for (what, iq) in [
+        ("node name", items(&"n".repeat(1 << 20), "")),
+        (
+            "cursor",
+            format!(
+                "<iq type='get' id='case' to='{COMPONENT}'><pubsub xmlns='{PUBSUB}'><items node='h'/><set xmlns='{RSM}'><after>cursor:{}</after></set></pubsub></iq>",
+                "1".repeat(1 << 20)
+            ),
+        ),
+    ] {
+        let mut raw = Raw::login(&fx, "alice").await;
+        raw.send(&iq).await;
+        let got = raw.until_closed().await;
+        assert!(
+            got.contains("policy-violation") && got.contains("stanza-too-big"),
+            "a 1 MB {what}: Prosody closes the stream with policy-violation / stanza-too-big: {got}"
+        );
+        eprintln!("a 1 MB {what}: Prosody closed the client's stream with policy-violation / stanza-too-big");
+        if let Err(e) = serving(&fx, &format!("a 1 MB {what}")).await {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{} hostile cases went wrong:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[tokio::test]
+async fn deep_nesting() {
+    // A fixture of its own: run_cases restarts the process if a case kills it. The component
+    // keeps stanzas to 128 levels below the stanza element and refuses deeper ones with
+    // policy-violation, whoever sends them (ejabberd 23.01 itself crashes on 10,000 levels).
+    let mut fx = Fixture::start(TABLES);
+    seed(&fx).await;
+    let nest = |depth: usize| format!("{}deep{}", "<x>".repeat(depth), "</x>".repeat(depth));
+    let publish = |depth: usize| {
+        let entry = format!(
+            "<entry xmlns='{ATOM}'><id>urn:deep</id><title>deep</title><content type='xhtml'><div \
+             xmlns='http://www.w3.org/1999/xhtml'>{}</div></content></entry>",
+            nest(depth)
+        );
+        assert!(entry.len() < MAX_PAYLOAD && entry.len() < PROSODY_C2S_LIMIT);
+        format!(
+            "<iq type='set' id='case' to='{COMPONENT}'><pubsub xmlns='{PUBSUB}'><publish node='h'><item \
+             id='deep{depth}'>{entry}</item></publish></pubsub></iq>"
+        )
+    };
+    let unknown = |depth: usize| {
+        format!(
+            "<iq type='get' id='case' to='{COMPONENT}'><query xmlns='urn:example:deep'>{}</query></iq>",
+            nest(depth)
+        )
+    };
+    let cases = vec![
+        Case {
+            what: "an unknown payload nested 100 deep",
+            who: "alice",
+            stanza: unknown(100),
+            expect: Some(|r| is_error(r, "service-unavailable")),
+        },
+        Case {
+            what: "an unknown payload nested 1,000 deep, from a user with no rights",
+            who: "alice",
+            stanza: unknown(1_000),
+            expect: Some(|r| is_error(r, "policy-violation")),
+        },
+        Case {
+            what: "a message with a payload nested 1,000 deep",
+            who: "alice",
+            stanza: format!("<message to='{COMPONENT}'><x xmlns='urn:example:deep'>{}</x></message>", nest(1_000)),
+            expect: None,
+        },
+        Case {
+            what: "a publish nested 10,000 deep, from a user who may not publish",
+            who: "alice",
+            stanza: publish(10_000),
+            expect: Some(|r| is_error(r, "policy-violation")),
+        },
+        Case {
+            what: "an Atom entry nested 10,000 deep, from the publisher",
+            who: "bot",
+            stanza: publish(10_000),
+            expect: Some(|r| is_error(r, "policy-violation")),
+        },
+        Case {
+            what: "an Atom entry nested 100 deep (within the limit), from the publisher",
+            who: "bot",
+            stanza: publish(100),
+            expect: Some(|r| if stanza_type(&xml(r)) == "result" { Ok(()) } else { Err("not stored".into()) }),
+        },
+    ];
+    let failures = run_cases(&mut fx, cases).await;
+    assert!(failures.is_empty(), "{} hostile cases went wrong:\n{}", failures.len(), failures.join("\n"));
+}

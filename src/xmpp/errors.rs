@@ -47,6 +47,11 @@ pub fn bad_request(text: &str) -> StanzaError {
     stanza_error(T::Modify, C::BadRequest, Some(text), None)
 }
 
+/// `policy-violation` (modify): a request over one of the service's limits.
+pub fn policy_violation(text: &str) -> StanzaError {
+    stanza_error(T::Modify, C::PolicyViolation, Some(text), None)
+}
+
 /// `bad-request` with an application condition, for requests missing a part.
 pub fn bad_request_app(text: &str, app: App) -> StanzaError {
     stanza_error(T::Modify, C::BadRequest, Some(text), Some(app))

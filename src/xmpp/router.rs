@@ -3,7 +3,9 @@
 //! us (keepalive pongs, stray replies) get none, as RFC 6120 §8.2.3 wants.
 
 use super::adhoc::{self, COMMAND_LIST};
-use super::errors::{bad_request, bad_request_app, service_unavailable, to_stanza_error, unsupported};
+use super::errors::{
+    bad_request, bad_request_app, policy_violation, service_unavailable, to_stanza_error, unsupported,
+};
 use super::payloads::commands::{COMMANDS, Command};
 use super::payloads::subscriptions::{SubscriptionList, SubscriptionState, in_pubsub};
 use super::payloads::{
@@ -82,9 +84,14 @@ impl<S: Store> Router<S> {
         })
     }
 
-    /// An iq that did not parse (say, a get with no child): `bad-request` saying why.
-    pub fn malformed(&self, to: Jid, id: String, why: &str) -> Iq {
-        let error = bad_request(&format!("malformed request: {why}"));
+    /// An iq that did not parse (say, a get with no child): `bad-request` saying why; one
+    /// over the stream's size or depth limit: `policy-violation`.
+    pub fn malformed(&self, to: Jid, id: String, why: &str, over_limit: bool) -> Iq {
+        let error = if over_limit {
+            policy_violation(&format!("request refused: {why}"))
+        } else {
+            bad_request(&format!("malformed request: {why}"))
+        };
         Iq::Error { from: Some(self.me.clone()), to: Some(to), id, error, payload: None }
     }
 

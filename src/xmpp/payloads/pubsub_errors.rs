@@ -84,11 +84,22 @@ pub fn stanza_error(
     app: Option<PubSubErrorCondition>,
 ) -> StanzaError {
     let mut error = match text {
-        Some(text) => StanzaError::new(type_, condition, "en", text),
+        Some(text) => StanzaError::new(type_, condition, "en", clipped(text)),
         None => StanzaError { type_, by: None, defined_condition: condition, texts: Default::default(), other: None },
     };
     error.other = app.map(Element::from);
     error
+}
+
+/// The longest `<text/>` sent: texts quote what the requester sent, and a 200 KB attribute
+/// must not come back as a 200 KB error.
+pub const MAX_ERROR_TEXT: usize = 300;
+
+fn clipped(text: &str) -> String {
+    match text.char_indices().nth(MAX_ERROR_TEXT) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -96,6 +107,16 @@ mod tests {
     use super::*;
     use jid::Jid;
     use xmpp_parsers::iq::Iq;
+
+    #[test]
+    fn long_texts_are_clipped_on_a_char_boundary() {
+        let e = stanza_error(ErrorType::Modify, DefinedCondition::BadRequest, Some(&"é".repeat(5000)), None);
+        let text = &e.texts["en"];
+        assert_eq!(text.chars().count(), MAX_ERROR_TEXT + 1);
+        assert!(text.ends_with('…'));
+        let short = stanza_error(ErrorType::Modify, DefinedCondition::BadRequest, Some("short"), None);
+        assert_eq!(short.texts["en"], "short");
+    }
 
     #[test]
     fn conditions_round_trip() {
