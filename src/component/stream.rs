@@ -305,6 +305,11 @@ impl Writer {
         Ok(())
     }
 
+    /// The socket, for a caller that writes stanza text of its own (after a flush).
+    pub fn into_inner(self) -> OwnedWriteHalf {
+        self.io
+    }
+
     /// Writes what is buffered and the stream footer, and shuts down our sending side; the
     /// server then closes its side (read on until [`Frame::End`] to see what it still sent).
     pub async fn close(&mut self) -> io::Result<()> {

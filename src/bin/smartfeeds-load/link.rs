@@ -3,11 +3,11 @@
 //!
 //! Why not `tokio_xmpp::Component` or the test harness's `Connection`: both own the socket
 //! from one task, so a burst of replies and a burst of requests take turns, and every stanza
-//! is built as a typed value. Here the TCP stream is split: the writer task batches whatever
-//! text is queued into one `write_all` (stanzas are formatted by hand, see `stanzas`), and
-//! the reader task parses with rxml's raw parser and minidom's `TreeBuilder`, the same two
-//! pieces tokio-xmpp uses, handing iq replies straight to the waiting requester by id and
-//! everything else (pushes) to an [`Inbox`].
+//! is built as a typed value. Here the login and the reading half are the component's own
+//! ([`smartfeeds::component::stream`]); the writer task batches whatever text is queued into
+//! one `write_all` (stanzas are formatted by hand, see `stanzas`), and the reader task hands
+//! iq replies straight to the waiting requester by id and everything else (pushes) to an
+//! [`Inbox`].
 //!
 //! Stanzas on the wire inherit the stream's default namespace, `jabber:component:accept`;
 //! elements parsed from the server carry it too. Only names and attributes are compared.
@@ -19,15 +19,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use minidom::Element;
-use minidom::rxml::{AsyncRawReader, RawEvent};
-use minidom::tree_builder::TreeBuilder;
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use smartfeeds::component::stream::{self, Frame, Limits, Reader};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot};
-use xmpp_parsers::component::Handshake;
 
-use crate::stanzas::{esc, stream_error_text};
+use crate::stanzas::esc;
 
 /// How long connecting and the handshake may take.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -71,99 +68,12 @@ pub struct Link {
 /// Stanzas the server sent that are not replies to our iqs: messages (pushes), presences.
 pub struct Inbox(pub mpsc::UnboundedReceiver<Element>);
 
-/// Streaming parse state: the rxml reader and the tree under construction.
-struct Parser {
-    reader: AsyncRawReader<BufReader<OwnedReadHalf>>,
-    tree: TreeBuilder,
-}
-
-enum Next {
-    /// The server's stream header is complete: the `<stream:stream>` element, childless.
-    Header(Element),
-    /// A complete top-level element.
-    Stanza(Element),
-    /// `</stream:stream>` or EOF.
-    End(String),
-}
-
-impl Parser {
-    async fn next(&mut self) -> Next {
-        loop {
-            let event = match self.reader.read().await {
-                Ok(Some(event)) => event,
-                Ok(None) => return Next::End("the server closed the connection".into()),
-                Err(e) => return Next::End(format!("read failed: {e}")),
-            };
-            let depth = self.tree.depth();
-            // Whitespace between stanzas would pile up as text in the stream element.
-            if depth == 1 && matches!(event, RawEvent::Text(..)) {
-                continue;
-            }
-            let (head_close, foot) =
-                (matches!(event, RawEvent::ElementHeadClose(_)), matches!(event, RawEvent::ElementFoot(_)));
-            if let Err(e) = self.tree.process_event(event) {
-                return Next::End(format!("unparseable XML from the server: {e}"));
-            }
-            match (self.tree.depth(), head_close, foot) {
-                (1, true, _) if depth == 0 => {
-                    if let Some(root) = self.tree.top() {
-                        return Next::Header(root.clone());
-                    }
-                }
-                (1, _, true) => {
-                    if let Some(el) = self.tree.unshift_child() {
-                        return Next::Stanza(el);
-                    }
-                }
-                (0, _, true) => return Next::End("the server closed the stream".into()),
-                _ => {}
-            }
-        }
-    }
-}
-
 impl Link {
     /// Connects to `addr` as the component `domain` and logs in with `secret`.
     pub async fn connect(addr: SocketAddr, domain: &str, secret: &str) -> Result<(Arc<Link>, Inbox), String> {
-        tokio::time::timeout(LOGIN_TIMEOUT, Self::login(addr, domain, secret))
-            .await
-            .map_err(|_| format!("no login within {LOGIN_TIMEOUT:?}"))?
-    }
-
-    async fn login(addr: SocketAddr, domain: &str, secret: &str) -> Result<(Arc<Link>, Inbox), String> {
-        let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect to {addr}: {e}"))?;
-        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-        let (r, mut w) = tcp.into_split();
-        let header = format!(
-            "<?xml version='1.0'?><stream:stream xmlns='jabber:component:accept' \
-             xmlns:stream='http://etherx.jabber.org/streams' to='{}'>",
-            esc(domain)
-        );
-        w.write_all(header.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
-        let mut parser =
-            Parser { reader: AsyncRawReader::new(BufReader::with_capacity(256 * 1024, r)), tree: TreeBuilder::new() };
-        let stream_id = match parser.next().await {
-            Next::Header(root) => root.attr("id").ok_or("the server's stream header has no id")?.to_string(),
-            Next::Stanza(el) => return Err(format!("expected a stream header, got <{}>", el.name())),
-            Next::End(why) => return Err(why),
-        };
-        // Hex SHA-1 of id + secret (XEP-0114 §3), computed by xmpp-parsers.
-        let digest = Handshake::from_stream_id_and_password(stream_id, secret).data.unwrap_or_default();
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        w.write_all(format!("<handshake>{hex}</handshake>").as_bytes()).await.map_err(|e| format!("write: {e}"))?;
-        match parser.next().await {
-            Next::Stanza(el) if el.name() == "handshake" => {}
-            Next::Stanza(el) if el.name() == "error" => {
-                return Err(format!(
-                    "refused: {} (wrong secret, or {domain} already connected?)",
-                    stream_error_text(&el)
-                ));
-            }
-            Next::Stanza(el) => return Err(format!("expected <handshake/>, got <{}>", el.name())),
-            Next::Header(_) => return Err("a second stream header".into()),
-            Next::End(why) => return Err(format!("handshake refused: {why}")),
-        }
-
+        let limits = Limits { max_stanza_bytes: 64 << 20, ..Limits::default() };
+        let (reader, writer) = stream::connect(&addr.to_string(), domain, secret, limits, LOGIN_TIMEOUT).await?;
+        let w = writer.into_inner();
         let (out, out_rx) = mpsc::unbounded_channel();
         let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
         let link = Arc::new(Link {
@@ -174,7 +84,7 @@ impl Link {
             closed: Arc::default(),
         });
         tokio::spawn(write_loop(w, out_rx, link.closed.clone()));
-        tokio::spawn(read_loop(parser, link.pending.clone(), inbox_tx, link.out.clone(), link.closed.clone()));
+        tokio::spawn(read_loop(reader, link.pending.clone(), inbox_tx, link.out.clone(), link.closed.clone()));
         Ok((link, Inbox(inbox_rx)))
     }
 
@@ -267,7 +177,7 @@ async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Out>,
 /// Reads stanzas: iq replies go to their requester, iq requests get `service-unavailable`
 /// (every iq get/set deserves one reply), the rest goes to the inbox.
 async fn read_loop(
-    mut parser: Parser,
+    mut reader: Reader,
     pending: Pending,
     inbox: mpsc::UnboundedSender<Element>,
     out: mpsc::UnboundedSender<Out>,
@@ -275,10 +185,12 @@ async fn read_loop(
 ) {
     let mut stream_error = None;
     let why = loop {
-        let el = match parser.next().await {
-            Next::Stanza(el) => el,
-            Next::Header(_) => break "a second stream header".to_string(),
-            Next::End(why) => break why,
+        let el = match reader.next().await {
+            Frame::Element(el) => el,
+            Frame::Dropped { header, why, .. } => {
+                break format!("an unreadable <{}> from the server: {why}", header.name);
+            }
+            Frame::End(why) => break why,
         };
         match (el.name(), el.attr("type").unwrap_or("")) {
             ("iq", "result" | "error") => {
@@ -299,7 +211,7 @@ async fn read_loop(
                 );
                 let _ = out.send(Out::Text(reply));
             }
-            ("error", _) => stream_error = Some(stream_error_text(&el)),
+            ("error", _) => stream_error = Some(stream::stream_error(&el)),
             _ => {
                 let _ = inbox.send(el);
             }

@@ -100,15 +100,6 @@ pub fn outcome(reply: &Element) -> Result<(), String> {
     })
 }
 
-/// The condition and text of a `<stream:error/>`.
-pub fn stream_error_text(el: &Element) -> String {
-    let condition = el.children().find(|c| c.name() != "text").map_or("(no condition)", |c| c.name());
-    match el.children().find(|c| c.name() == "text") {
-        Some(t) => format!("{condition}: {}", t.text()),
-        None => condition.to_string(),
-    }
-}
-
 /// What an items result holds: the number of items, and the RSM `<last>` and `<count>`
 /// when the reply has a `<set/>`.
 #[derive(Debug, Default)]
