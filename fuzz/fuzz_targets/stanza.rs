@@ -1,6 +1,6 @@
-//! Arbitrary bytes through what a peer can reach: XML parsing, stanza parsing, the router and
-//! the core, with an in-memory store. Nothing here may panic, and every get or set must get
-//! exactly one reply.
+//! Arbitrary bytes through what a peer can reach: the component's stream reader (with small
+//! limits, so they are hit), stanza parsing, the router and the core, with an in-memory
+//! store. Nothing here may panic, and every get or set must get exactly one reply.
 //!
 //! `scripts/fuzz.sh SECONDS` runs it for a bounded time.
 #![no_main]
@@ -12,7 +12,9 @@ use smartfeeds::feed::{NodeName, Position};
 use smartfeeds::store::sqlite::SqliteStore;
 use smartfeeds::xmpp::router::Router;
 use std::sync::{Arc, OnceLock};
+use smartfeeds::component::stream::{Frame, Limits, Reader};
 use xmpp_parsers::iq::Iq;
+use xmpp_parsers::stanza::Stanza;
 
 struct World {
     rt: tokio::runtime::Runtime,
@@ -35,20 +37,42 @@ fn world() -> &'static World {
     })
 }
 
+/// The server's stream header, as Prosody sends it.
+const HEADER: &str = "<?xml version='1.0'?><stream:stream xmlns='jabber:component:accept' \
+    xmlns:stream='http://etherx.jabber.org/streams' id='fuzz' from='feeds.localhost'>";
+
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let _ = NodeName::parse(text);
-    let _ = Position::parse(text);
-    // Stanzas arrive in the component namespace; wrap bare payloads in an iq from a user.
-    let xml = if text.starts_with("<iq") {
-        text.replacen("<iq", "<iq xmlns='jabber:component:accept'", 1)
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = NodeName::parse(text);
+        let _ = Position::parse(text);
+    }
+    // Bytes that do not start a stanza are wrapped in an iq from an admin, so that payloads
+    // reach the router too.
+    let body: Vec<u8> = if data.starts_with(b"<iq") || data.starts_with(b"<message") || data.starts_with(b"<presence") {
+        data.to_vec()
     } else {
-        format!("<iq xmlns='jabber:component:accept' type='set' id='f' from='admin@localhost/r' to='feeds.localhost'>{text}</iq>")
+        let mut b = b"<iq type='set' id='f' from='admin@localhost/r' to='feeds.localhost'>".to_vec();
+        b.extend_from_slice(data);
+        b.extend_from_slice(b"</iq>");
+        b
     };
-    let Ok(element) = xml.parse::<minidom::Element>() else { return };
-    let Ok(iq) = Iq::try_from(element) else { return };
-    let is_request = matches!(iq, Iq::Get { from: Some(_), .. } | Iq::Set { from: Some(_), .. });
+    let input = [HEADER.as_bytes(), &body].concat();
+    let limits = Limits { max_stanza_bytes: 4096, max_depth: 16 };
     let w = world();
-    let reply = w.rt.block_on(w.router.handle_iq(iq));
-    assert_eq!(reply.is_some(), is_request, "exactly one reply to a get or set with a sender");
+    w.rt.block_on(async {
+        let mut reader = Reader::new(&input[..], limits);
+        loop {
+            match reader.next().await {
+                Frame::Element(element) => {
+                    let Ok(Stanza::Iq(iq)) = Stanza::try_from(element) else { continue };
+                    let is_request = matches!(iq, Iq::Get { from: Some(_), .. } | Iq::Set { from: Some(_), .. });
+                    let reply = w.router.handle_iq(iq).await;
+                    assert_eq!(reply.is_some(), is_request, "exactly one reply to a get or set with a sender");
+                }
+                // The link answers these itself (bad-request or policy-violation).
+                Frame::Dropped { header, why, .. } => assert!(!why.is_empty(), "{header:?} dropped without a reason"),
+                Frame::End(_) => break,
+            }
+        }
+    });
 });

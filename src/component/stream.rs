@@ -21,7 +21,7 @@ use rxml::writer::{Encoder, SimpleNamespaces, TrackNamespace};
 use rxml::{Namespace, RawEvent};
 use std::io;
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use xmpp_parsers::component::Handshake;
@@ -78,13 +78,15 @@ pub enum Frame {
 /// The stanza being read.
 struct Current {
     header: Header,
-    /// Still inside the stanza's start tag, whose attributes make the header.
+    /// Still inside the stanza's own start tag, whose attributes make the header.
     in_head: bool,
     /// Levels open, the stanza element included.
     depth: usize,
     bytes: usize,
-    /// Building the element; `None` once it is being dropped.
-    tree: Option<TreeBuilder>,
+    /// Its events go to the tree; false once it is being dropped.
+    building: bool,
+    /// The tree has been given a start tag whose end (`>`) it has not seen yet.
+    tag_open: bool,
     /// Why it is dropped, and whether for a limit.
     dropped: Option<(String, bool)>,
 }
@@ -95,25 +97,28 @@ struct Current {
 /// rxml's raw parser is linear in the nesting depth, where its namespace-resolving parser
 /// looks each element's namespace up through all open levels (0.4 s of CPU for one 256 KiB
 /// stanza of nested elements). Namespaces are resolved by minidom's `TreeBuilder` instead,
-/// one per stanza, fed only what is within the limits: a fresh builder per stanza also means
-/// a stanza it refuses (an undeclared prefix) leaves nothing behind.
-pub struct Reader {
-    parser: rxml::AsyncRawReader<BufReader<OwnedReadHalf>>,
+/// fed only what is within the limits: a stanza over a limit is closed off where it stands
+/// and discarded, and after a stanza the builder refuses (an undeclared prefix) a new
+/// builder starts from the stream header, so nothing of a bad stanza stays behind.
+pub struct Reader<R = OwnedReadHalf> {
+    parser: rxml::AsyncRawReader<BufReader<R>>,
     limits: Limits,
-    /// The stream header's events (start tag and attributes), replayed into each stanza's
-    /// builder so that stanzas see the stream's namespace declarations.
+    /// The stream header's events (start tag and attributes), to start a builder from.
     root: Vec<RawEvent>,
     /// The stream header is complete.
     open: bool,
+    /// The stream's tree: its root element, and below it the stanza being built.
+    tree: TreeBuilder,
     current: Option<Current>,
 }
 
-impl Reader {
-    fn new(io: OwnedReadHalf, limits: Limits) -> Reader {
+impl<R: AsyncRead + Unpin> Reader<R> {
+    /// A reader of `io`, which must start with the server's stream header.
+    pub fn new(io: R, limits: Limits) -> Reader<R> {
         let options = rxml::Options { max_token_length: limits.max_stanza_bytes, ..rxml::Options::default() };
         let parser =
             rxml::AsyncRawReader::wrap(BufReader::with_capacity(64 * 1024, io), rxml::RawParser::with_options(options));
-        Reader { parser, limits, root: Vec::new(), open: false, current: None }
+        Reader { parser, limits, root: Vec::new(), open: false, tree: TreeBuilder::new(), current: None }
     }
 
     /// The stream header's `id` (empty if it has none), once the header is complete.
@@ -157,17 +162,14 @@ impl Reader {
                 RawEvent::Text(..) => Some(Frame::End("text between stanzas".into())),
                 RawEvent::ElementFoot(_) => Some(Frame::End("the server closed the stream".into())),
                 RawEvent::ElementHeadOpen(_, (_, ref name)) => {
-                    let mut tree = TreeBuilder::new();
-                    let replayed = self.root.iter().cloned().chain([RawEvent::ElementHeadClose(EventMetrics::zero())]);
-                    let root_ok = replayed.map(|ev| tree.process_event(ev)).all(|r| r.is_ok());
-                    let header = Header { name: name.to_string(), ..Header::default() };
                     self.current = Some(Current {
-                        header,
+                        header: Header { name: name.to_string(), ..Header::default() },
                         in_head: true,
                         depth: 0,
                         bytes: 0,
-                        tree: root_ok.then_some(tree),
-                        dropped: (!root_ok).then(|| ("the stream header does not parse".to_string(), false)),
+                        building: true,
+                        tag_open: false,
+                        dropped: None,
                     });
                     self.step(event)
                 }
@@ -192,31 +194,57 @@ impl Reader {
             RawEvent::ElementHeadClose(_) if cur.depth == 1 => cur.in_head = false,
             _ => {}
         }
-        if let Some(tree) = cur.tree.as_mut() {
+        if cur.building {
+            let (opens, closes) =
+                (matches!(event, RawEvent::ElementHeadOpen(..)), matches!(event, RawEvent::ElementHeadClose(_)));
             let refused = if cur.bytes > self.limits.max_stanza_bytes {
                 Some((format!("larger than {} bytes", self.limits.max_stanza_bytes), true))
             } else if cur.depth > self.limits.max_depth + 1 {
                 Some((format!("nested more than {} levels deep", self.limits.max_depth), true))
             } else {
-                tree.process_event(event).err().map(|e| (e.to_string(), false))
+                match self.tree.process_event(event) {
+                    Ok(()) => {
+                        cur.tag_open = (cur.tag_open || opens) && !closes;
+                        None
+                    }
+                    Err(e) => Some((e.to_string(), false)),
+                }
             };
-            if refused.is_some() {
-                cur.tree = None;
-                cur.dropped = refused;
+            if let Some(why) = refused {
+                let limit = why.1;
+                cur.building = false;
+                cur.dropped = Some(why);
+                if limit {
+                    // Close what the builder holds of the stanza and throw it away.
+                    let zero = EventMetrics::zero();
+                    if cur.tag_open {
+                        let _ = self.tree.process_event(RawEvent::ElementHeadClose(zero));
+                    }
+                    while self.tree.depth() > 1 {
+                        let _ = self.tree.process_event(RawEvent::ElementFoot(zero));
+                    }
+                    let _ = self.tree.unshift_child();
+                } else {
+                    // The builder's state is not to be trusted after an error.
+                    match tree_of(&self.root) {
+                        Some(tree) => self.tree = tree,
+                        None => return Some(Frame::End("the stream header no longer builds".into())),
+                    }
+                }
             }
         }
         if cur.depth > 0 {
             return None;
         }
         let cur = self.current.take()?;
-        match (cur.tree, cur.dropped) {
-            (Some(mut tree), _) => match tree.unshift_child() {
+        if cur.building {
+            return match self.tree.unshift_child() {
                 Some(element) => Some(Frame::Element(element)),
                 None => Some(Frame::End("a stanza that built to nothing".into())),
-            },
-            (None, Some((why, over_limit))) => Some(Frame::Dropped { header: cur.header, why, over_limit }),
-            (None, None) => Some(Frame::End("a stanza dropped for no reason".into())),
+            };
         }
+        let (why, over_limit) = cur.dropped.unwrap_or_else(|| ("dropped".into(), false));
+        Some(Frame::Dropped { header: cur.header, why, over_limit })
     }
 
     /// The stream header, `<stream:stream …>`, kept in `root`.
@@ -232,13 +260,26 @@ impl Reader {
                 self.root.push(event);
                 None
             }
-            RawEvent::ElementHeadClose(_) if !self.root.is_empty() => {
-                self.open = true;
-                None
-            }
+            RawEvent::ElementHeadClose(_) if !self.root.is_empty() => match tree_of(&self.root) {
+                Some(tree) => {
+                    self.tree = tree;
+                    self.open = true;
+                    None
+                }
+                None => Some(Frame::End("the stream header does not parse".into())),
+            },
             other => Some(Frame::End(format!("expected a stream header, got {other:?}"))),
         }
     }
+}
+
+/// A builder holding only the stream's root element, built from the header's events.
+fn tree_of(root: &[RawEvent]) -> Option<TreeBuilder> {
+    let mut tree = TreeBuilder::new();
+    for event in root.iter().cloned().chain([RawEvent::ElementHeadClose(EventMetrics::zero())]) {
+        tree.process_event(event).ok()?;
+    }
+    Some(tree)
 }
 
 /// The writing half: stanzas are encoded into a buffer, and written out by [`Writer::flush`].
@@ -384,25 +425,10 @@ mod tests {
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
-    /// A reader fed `text` by a peer socket that then stays open.
-    async fn reader_of(limits: Limits, text: String) -> (Reader, tokio::task::JoinHandle<TcpStream>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (client, server) = tokio::join!(TcpStream::connect(addr), listener.accept());
-        let mut peer = server.unwrap().0;
-        // From its own task: a large text does not fit the socket buffers before it is read.
-        let peer = tokio::spawn(async move {
-            peer.write_all(text.as_bytes()).await.unwrap();
-            peer
-        });
-        let (r, _w) = client.unwrap().into_split();
-        (Reader::new(r, limits), peer)
-    }
-
     const HEAD: &str = "<?xml version='1.0'?><stream:stream xmlns='jabber:component:accept' xmlns:stream='http://etherx.jabber.org/streams' id='s1'>";
 
     async fn frames(limits: Limits, body: &str, n: usize) -> Vec<Frame> {
-        let (mut reader, _peer) = reader_of(limits, format!("{HEAD}{body}")).await;
+        let mut reader = Reader::new(std::io::Cursor::new(format!("{HEAD}{body}").into_bytes()), limits);
         let mut out = Vec::new();
         for _ in 0..n {
             out.push(tokio::time::timeout(Duration::from_secs(5), reader.next()).await.expect("a frame"));
