@@ -37,6 +37,16 @@ modules_enabled = {
 modules_disabled = { "s2s"; "s2s_auth_certs"; "dialback"; "tls" }
 s2s_ports = {}
 
+-- A component's stream carries large stanzas in bursts (pages of 50 entries, fan-out to
+-- thousands). Prosody's defaults read 4 KiB per turn of its loop and, while more is
+-- waiting, pause that connection for at least 1 ms before the next 4 KiB; and they keep
+-- Nagle's algorithm on, so the tail of a large write waits for the peer's delayed ACK.
+-- Measured here (50-item pages, 32 in flight): 181 pages/s with the defaults, 356 with
+-- these two settings, where Prosody's own CPU becomes the bound. They apply to every
+-- connection, its own pubsub's included.
+network_default_read_size = 65536
+network_settings = { nagle = false }
+
 interfaces = { "127.0.0.1" }
 c2s_ports = { @C2S_PORT@ }
 c2s_direct_tls_ports = {}

@@ -10,6 +10,7 @@ use crate::metrics::Metrics;
 use crate::store::sqlite::SqliteStore;
 use crate::xmpp::errors::{resource_constraint, service_unavailable};
 use crate::xmpp::notify::{Notifier, change_sink};
+use crate::xmpp::reply::Reply;
 use crate::xmpp::router::{Router, request_kind};
 use anyhow::Context;
 use jid::Jid;
@@ -38,7 +39,7 @@ struct Dispatcher {
     admins: Vec<String>,
     notifier: Arc<Notifier<SqliteStore>>,
     /// Taken away at shutdown, so the link sees the queue close once in-flight work is done.
-    out: Mutex<Option<mpsc::Sender<Stanza>>>,
+    out: Mutex<Option<mpsc::Sender<Reply>>>,
     slots: Arc<Semaphore>,
     closing: AtomicBool,
     /// Set at shutdown, so requests waiting for their sender's rate are answered at once.
@@ -46,7 +47,7 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    fn sender(&self) -> Option<mpsc::Sender<Stanza>> {
+    fn sender(&self) -> Option<mpsc::Sender<Reply>> {
         self.out.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -124,14 +125,12 @@ impl Dispatcher {
             let Ok(_slot) = this.slots.clone().acquire_owned().await else { return };
             let (kind, started) = (request_kind(&iq), std::time::Instant::now());
             if let Some(reply) = this.router.handle_iq(iq).await {
-                let outcome = match &reply {
-                    Iq::Error { error, .. } => {
-                        minidom::Element::from(error.defined_condition.clone()).name().to_string()
-                    }
-                    _ => "ok".to_string(),
+                let outcome = match reply.error() {
+                    Some(error) => minidom::Element::from(error.defined_condition.clone()).name().to_string(),
+                    None => "ok".to_string(),
                 };
                 this.metrics.request(kind, outcome, started.elapsed());
-                let _ = out.send(reply.into()).await;
+                let _ = out.send(reply).await;
             }
         });
     }
@@ -139,7 +138,7 @@ impl Dispatcher {
 
 impl Dispatcher {
     /// Answers a get or set with an error without serving it.
-    fn refuse(&self, iq: Iq, out: mpsc::Sender<Stanza>, error: StanzaError) {
+    fn refuse(&self, iq: Iq, out: mpsc::Sender<Reply>, error: StanzaError) {
         if let Iq::Get { from: Some(from), id, .. } | Iq::Set { from: Some(from), id, .. } = iq {
             let me = Some(self.router.me().clone());
             let reply = Iq::Error { from: me, to: Some(from), id, error, payload: None };

@@ -48,10 +48,12 @@ fn stanza(xml: &str) -> Iq {
     Iq::try_from(element(xml)).unwrap()
 }
 
-/// Sends one iq and returns the reply serialised.
+/// Sends one iq and returns the reply as the link writes it, read back and serialised the
+/// way the expectations are.
 async fn ask(r: &Router<SqliteStore>, xml: &str) -> String {
     let reply = r.handle_iq(stanza(xml)).await.expect("a get or set gets a reply");
-    String::from(&Element::from(reply))
+    let written: Element = reply.to_xml().parse().expect("the reply is well-formed XML");
+    String::from(&written)
 }
 
 /// The canonical text of an expected reply: expectations are written readably (double

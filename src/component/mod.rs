@@ -6,17 +6,17 @@
 
 pub mod stream;
 
+use crate::xmpp::parts::{Parts, ToParts};
+use crate::xmpp::payloads::Push;
+use crate::xmpp::reply::Reply;
 use jid::Jid;
 use std::time::{Duration, Instant};
+use stream::{Frame, Header, Limits, Reader, Writer};
 use tokio::sync::{mpsc, watch};
 use xmpp_parsers::iq::Iq;
 use xmpp_parsers::ping::Ping;
 use xmpp_parsers::stanza::Stanza;
 use xmpp_parsers::stanza_error::{DefinedCondition, ErrorType, StanzaError};
-use xso::AsXml;
-
-use crate::xmpp::payloads::Push;
-use stream::{Frame, Header, Limits, Reader, Writer};
 
 /// Where and how to connect.
 #[derive(Clone, Debug)]
@@ -116,7 +116,7 @@ async fn read(reader: &mut Reader) -> Read {
 }
 
 /// `service-unavailable` (wait) for a get or set that arrives during shutdown.
-fn refusal(cfg: &LinkConfig, stanza: Stanza) -> Option<Stanza> {
+fn refusal(cfg: &LinkConfig, stanza: Stanza) -> Option<Reply> {
     let (Stanza::Iq(Iq::Get { from: Some(from), id, .. }) | Stanza::Iq(Iq::Set { from: Some(from), id, .. })) = stanza
     else {
         return None;
@@ -126,7 +126,7 @@ fn refusal(cfg: &LinkConfig, stanza: Stanza) -> Option<Stanza> {
     Some(Iq::Error { from: Some(cfg.jid.clone()), to: Some(from), id, error, payload: None }.into())
 }
 
-fn ping(cfg: &LinkConfig, id: String) -> Stanza {
+fn ping(cfg: &LinkConfig, id: String) -> Reply {
     Iq::from_get(id, Ping).with_from(cfg.jid.clone()).with_to(cfg.ping_to.clone()).into()
 }
 
@@ -138,25 +138,23 @@ fn is_reply_to(s: &Stanza, ping_id: &str) -> bool {
 /// The two queues the link writes: replies go before pushes, so a burst of fan-out never
 /// delays an answer.
 pub struct Outbound {
-    pub replies: mpsc::Receiver<Stanza>,
+    pub replies: mpsc::Receiver<Reply>,
     pub pushes: mpsc::Receiver<Push>,
 }
 
-/// What the link writes next: a stanza, or one copy of a push (which it writes straight from
-/// the body all copies share).
+/// What the link writes next: a reply, or one copy of a push (which it writes around the
+/// body all copies share).
 #[allow(clippy::large_enum_variant, reason = "there is only ever one: the link's next write")]
 enum Outgoing {
-    Stanza(Stanza),
+    Reply(Reply),
     Push(Push),
 }
 
-impl AsXml for Outgoing {
-    type ItemIter<'x> = Box<dyn Iterator<Item = Result<xso::Item<'x>, xso::error::Error>> + 'x>;
-
-    fn as_xml_iter(&self) -> Result<Self::ItemIter<'_>, xso::error::Error> {
+impl ToParts for Outgoing {
+    fn parts(&self) -> Result<Parts<'_>, xso::error::Error> {
         match self {
-            Outgoing::Stanza(s) => s.as_xml_dyn_iter(),
-            Outgoing::Push(p) => p.as_xml_iter(),
+            Outgoing::Reply(r) => r.parts(),
+            Outgoing::Push(p) => p.parts(),
         }
     }
 }
@@ -224,7 +222,7 @@ pub async fn run(cfg: LinkConfig, mut out: Outbound, closing: watch::Receiver<bo
                 // less when replies back up is the backpressure), then pushes.
                 biased;
                 r = out.replies.recv(), if replies_open => match r {
-                    Some(stanza) => pending = Some(Outgoing::Stanza(stanza)),
+                    Some(reply) => pending = Some(Outgoing::Reply(reply)),
                     None => replies_open = false,
                 },
                 r = read(&mut reader) => {
@@ -232,7 +230,7 @@ pub async fn run(cfg: LinkConfig, mut out: Outbound, closing: watch::Receiver<bo
                     match r {
                         // Shutting down: requests are answered here, so none that arrives
                         // before the stream closes goes unanswered.
-                        Read::Stanza(s) if *closing.borrow() => pending = refusal(&cfg, *s).map(Outgoing::Stanza),
+                        Read::Stanza(s) if *closing.borrow() => pending = refusal(&cfg, *s).map(Outgoing::Reply),
                         Read::Stanza(s) => inbound(Inbound::Stanza(s)),
                         Read::Malformed { header, why, over_limit } => {
                             inbound(Inbound::Malformed { header, why, over_limit })
@@ -250,7 +248,7 @@ pub async fn run(cfg: LinkConfig, mut out: Outbound, closing: watch::Receiver<bo
                         break format!("nothing from the server for {:?}", heard.elapsed());
                     }
                     pings += 1;
-                    pending = Some(Outgoing::Stanza(ping(&cfg, format!("keepalive-{pings}"))));
+                    pending = Some(Outgoing::Reply(ping(&cfg, format!("keepalive-{pings}"))));
                 }
                 _ = std::future::ready(()), if unflushed => {
                     if let Err(e) = writer.flush().await {

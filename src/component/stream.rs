@@ -12,13 +12,13 @@
 //! parser stays in sync) and the reader reports [`Frame::Dropped`] with the stanza's
 //! header, so an iq still gets its error reply and the link stays up.
 
+use crate::xmpp::parts::{Part, ToParts, XmlBuf, declaration};
 use minidom::Element;
 use minidom::tree_builder::TreeBuilder;
 use rxml::WithOptions;
 use rxml::parser::EventMetrics;
-use rxml::writer::Item;
-use rxml::writer::{Encoder, SimpleNamespaces, TrackNamespace};
 use rxml::{Namespace, RawEvent};
+use std::borrow::Cow;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWriteExt, BufReader};
@@ -26,7 +26,6 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use xmpp_parsers::component::Handshake;
 use xmpp_parsers::ns;
-use xso::AsXml;
 
 const STREAM_NS: &str = "http://etherx.jabber.org/streams";
 
@@ -285,51 +284,40 @@ fn tree_of(root: &[RawEvent]) -> Option<TreeBuilder> {
 /// The writing half: stanzas are encoded into a buffer, and written out by [`Writer::flush`].
 pub struct Writer {
     io: OwnedWriteHalf,
-    encoder: Encoder<SimpleNamespaces>,
-    buf: Vec<u8>,
+    buf: XmlBuf,
 }
 
 impl Writer {
     fn new(io: OwnedWriteHalf) -> Writer {
-        let mut encoder = Encoder::new();
         // Declared on the stream header, so that stanzas need no xmlns of their own.
-        encoder.ns_tracker_mut().declare_fixed(Some(rxml::xml_ncname!("stream")), STREAM_NS.into());
-        encoder.ns_tracker_mut().declare_fixed(None, ns::COMPONENT.into());
-        Writer { io, encoder, buf: Vec::with_capacity(64 * 1024) }
+        let declared = [(Some(rxml::xml_ncname!("stream")), STREAM_NS), (None, ns::COMPONENT)];
+        Writer { io, buf: XmlBuf::in_stream(&declared, 64 * 1024) }
     }
 
-    /// Encodes the stream header, `<stream:stream to=…>`; a footer closes it.
+    /// Encodes the stream header, `<stream:stream to=…>`; [`Writer::close`] ends it.
     fn header(&mut self, to: &str) -> io::Result<()> {
-        let items = [
-            Item::XmlDeclaration(rxml::XmlVersion::V1_0),
-            Item::ElementHeadStart(Namespace::from(STREAM_NS), rxml::xml_ncname!("stream")),
-            Item::Attribute(Namespace::NONE, rxml::xml_ncname!("to"), to),
-            Item::ElementHeadEnd,
+        let parts = [
+            declaration(),
+            Part::Item(xso::Item::ElementHeadStart(
+                Namespace::from(STREAM_NS),
+                Cow::Borrowed(rxml::xml_ncname!("stream")),
+            )),
+            Part::Item(xso::Item::Attribute(
+                Namespace::NONE,
+                Cow::Borrowed(rxml::xml_ncname!("to")),
+                Cow::Borrowed(to),
+            )),
+            Part::Item(xso::Item::ElementHeadEnd),
         ];
-        self.encode(items)
-    }
-
-    fn encode<'x>(&mut self, items: impl IntoIterator<Item = Item<'x>>) -> io::Result<()> {
-        for item in items {
-            self.encoder.encode(item, &mut self.buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        }
-        Ok(())
+        parts
+            .into_iter()
+            .try_for_each(|p| self.buf.put_part(p))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
     }
 
     /// Encodes `x` into the buffer. On error nothing of it stays there.
-    pub fn feed<T: AsXml + ?Sized>(&mut self, x: &T) -> io::Result<()> {
-        let before = self.buf.len();
-        let encoded = (|| -> Result<(), String> {
-            for item in x.as_xml_iter().map_err(|e| e.to_string())? {
-                let item = item.map_err(|e| e.to_string())?;
-                self.encoder.encode(item.as_rxml_item(), &mut self.buf).map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        })();
-        encoded.map_err(|e| {
-            self.buf.truncate(before);
-            io::Error::new(io::ErrorKind::InvalidInput, e)
-        })
+    pub fn feed<T: ToParts + ?Sized>(&mut self, x: &T) -> io::Result<()> {
+        self.buf.put(x)
     }
 
     /// Bytes encoded and not yet written.
@@ -340,7 +328,7 @@ impl Writer {
     /// Writes out everything encoded so far.
     pub async fn flush(&mut self) -> io::Result<()> {
         if !self.buf.is_empty() {
-            self.io.write_all(&self.buf).await?;
+            self.io.write_all(self.buf.bytes()).await?;
             self.buf.clear();
         }
         Ok(())
@@ -354,7 +342,9 @@ impl Writer {
     /// Writes what is buffered and the stream footer, and shuts down our sending side; the
     /// server then closes its side (read on until [`Frame::End`] to see what it still sent).
     pub async fn close(&mut self) -> io::Result<()> {
-        self.encode([Item::ElementFoot])?;
+        self.buf
+            .put_part(Part::Item(xso::Item::ElementFoot))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         self.flush().await?;
         self.io.shutdown().await
     }

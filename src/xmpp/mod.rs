@@ -3,10 +3,14 @@
 //! [`payloads`] holds the XML payloads xmpp-parsers lacks or cannot parse the way we need
 //! them (the RSM-paged pubsub items query and result, the publish request with its raw item
 //! payload, XEP-0131 SHIM headers, pubsub#errors conditions) and the Atom entry inspection
-//! that turns a publish `<item>` into a [`crate::feed::Entry`].
+//! that turns a publish `<item>` into a [`crate::feed::Entry`]. [`parts`] is how replies and
+//! pushes are written: xso's items with stored XML spliced in as it is; [`reply`] is what
+//! the router answers with.
 
 pub mod adhoc;
 pub mod errors;
 pub mod notify;
+pub mod parts;
 pub mod payloads;
+pub mod reply;
 pub mod router;

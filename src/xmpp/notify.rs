@@ -17,7 +17,6 @@ use crate::feed::{Change, FeedError, Payload};
 use crate::metrics::Metrics;
 use crate::store::{Store, Subscription};
 use jid::Jid;
-use minidom::Element;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -118,24 +117,29 @@ impl<S: Store> Notifier<S> {
         let from = self.me.to_string();
         let mut out = Vec::with_capacity(subs.iter().map(Vec::len).sum());
         for (vc, subs) in change.views.iter().zip(subs) {
-            let headers: Element = Headers::from(SyncHeaders {
+            let headers = Headers::from(SyncHeaders {
                 total_items: vc.count,
                 previous_cursor: vc.previous.map(|c| c.to_string()),
                 last_cursor: vc.last.to_string(),
-            })
-            .into();
+            });
             let mut bodies: HashMap<String, Arc<PushBody>> = HashMap::new();
             for sub in subs {
-                let body = bodies.entry(sub.node).or_insert_with_key(|node| {
-                    let event = match &payload {
-                        Some(entry) => item_published(node, &item.id, entry.clone()),
-                        None => item_retracted(node, &item.id),
-                    };
-                    Arc::new(PushBody { from: from.clone(), event: event.into(), headers: headers.clone() })
-                });
+                let body = match bodies.get(&sub.node) {
+                    Some(body) => body.clone(),
+                    None => {
+                        let event = match &payload {
+                            Some(entry) => item_published(&sub.node, &item.id, entry.clone()),
+                            None => item_retracted(&sub.node, &item.id),
+                        };
+                        let body = PushBody::new(from.clone(), &event, &headers).map_err(|e| {
+                            FeedError::Store(crate::store::StoreError::Backend(format!("push of {}: {e}", item.id)))
+                        })?;
+                        bodies.entry(sub.node.clone()).or_insert(Arc::new(body)).clone()
+                    }
+                };
                 *n += 1;
                 // The JID was checked when the subscription was made.
-                out.push(Push { to: sub.jid, id: format!("push-{n}"), body: body.clone() });
+                out.push(Push { to: sub.jid, id: format!("push-{n}"), body });
             }
         }
         Ok(out)

@@ -9,9 +9,10 @@ use super::errors::{
 use super::payloads::commands::{COMMANDS, Command};
 use super::payloads::subscriptions::{SubscriptionList, SubscriptionState, in_pubsub};
 use super::payloads::{
-    ItemsQuery, ItemsResult, PageItem, PubSubErrorCondition as App, PublishRequest, SHIM, parse_stored, publish_result,
-    shim::HEADER_FEATURES, tombstone,
+    ItemsQuery, PubSubErrorCondition as App, PublishRequest, SHIM, parse_stored, publish_result, shim::HEADER_FEATURES,
+    tombstone,
 };
+use super::reply::{ItemsReply, Reply};
 use crate::feed::page::Page;
 use crate::feed::position::rfc3339;
 use crate::feed::service::{PullRequest, Service};
@@ -39,7 +40,14 @@ const PUBSUB_FEATURES: [&str; 8] = [
 ];
 
 /// What a handler answers: a result payload (or none), or a stanza error.
-type Reply = Result<Option<Element>, StanzaError>;
+type Outcome = Result<Option<Element>, StanzaError>;
+
+/// What a get answers: a result payload, or a page of items, which is written with its
+/// entries as they are stored ([`ItemsReply`]).
+enum Answer {
+    Payload(Option<Element>),
+    Page { node: String, items: Vec<Item>, set: Option<SetResult> },
+}
 
 /// Turns iqs into service calls and service outcomes into replies.
 #[derive(Clone)]
@@ -70,17 +78,19 @@ impl<S: Store> Router<S> {
 
     /// The reply to an iq, or `None` for results and errors (which need none) and for
     /// requests without a sender (which cannot be answered; the server always sets one).
-    pub async fn handle_iq(&self, iq: Iq) -> Option<Iq> {
+    pub async fn handle_iq(&self, iq: Iq) -> Option<Reply> {
         let (from, id, payload, set) = match iq {
             Iq::Get { from, id, payload, .. } => (from?, id, payload, false),
             Iq::Set { from, id, payload, .. } => (from?, id, payload, true),
             Iq::Result { .. } | Iq::Error { .. } => return None,
         };
-        let reply = if set { self.set(&from, payload).await } else { self.get(&from, payload).await };
-        let me = Some(self.me.clone());
-        Some(match reply {
-            Ok(payload) => Iq::Result { from: me, to: Some(from), id, payload },
-            Err(error) => Iq::Error { from: me, to: Some(from), id, error, payload: None },
+        let answer =
+            if set { self.set(&from, payload).await.map(Answer::Payload) } else { self.get(&from, payload).await };
+        let me = self.me.clone();
+        Some(match answer {
+            Ok(Answer::Payload(payload)) => Reply::Iq(Iq::Result { from: Some(me), to: Some(from), id, payload }),
+            Ok(Answer::Page { node, items, set }) => Reply::Items(ItemsReply::new(me, from, id, node, items, set)),
+            Err(error) => Reply::Iq(Iq::Error { from: Some(me), to: Some(from), id, error, payload: None }),
         })
     }
 
@@ -95,16 +105,17 @@ impl<S: Store> Router<S> {
         Iq::Error { from: Some(self.me.clone()), to: Some(to), id, error, payload: None }
     }
 
-    async fn get(&self, from: &Jid, payload: Element) -> Reply {
+    async fn get(&self, from: &Jid, payload: Element) -> Result<Answer, StanzaError> {
         let actor = from.to_bare().to_string();
-        if payload.is("ping", ns::PING) {
+        if ItemsQuery::is_items_query(&payload) {
+            return self.pull(&actor, payload).await;
+        }
+        let outcome = if payload.is("ping", ns::PING) {
             Ok(None)
         } else if payload.is("query", ns::DISCO_INFO) {
             self.disco_info(&actor, payload.attr("node")).await
         } else if payload.is("query", ns::DISCO_ITEMS) {
             self.disco_items(&actor, payload).await
-        } else if ItemsQuery::is_items_query(&payload) {
-            self.pull(&actor, payload).await
         } else if payload.is("pubsub", ns::PUBSUB) && payload.has_child("subscriptions", ns::PUBSUB) {
             let node = payload.get_child("subscriptions", ns::PUBSUB).and_then(|s| s.attr("node"));
             let subs = self.svc.subscriptions(&actor, node).await.map_err(fail)?;
@@ -115,10 +126,11 @@ impl<S: Store> Router<S> {
             Err(not_implemented(&payload))
         } else {
             Err(service_unavailable("this service does not handle that request"))
-        }
+        };
+        outcome.map(Answer::Payload)
     }
 
-    async fn set(&self, from: &Jid, payload: Element) -> Reply {
+    async fn set(&self, from: &Jid, payload: Element) -> Outcome {
         let actor = from.to_bare().to_string();
         if payload.is("command", COMMANDS) {
             let cmd = Command::try_from(payload).map_err(|e| bad_request(&format!("malformed command: {e}")))?;
@@ -165,7 +177,7 @@ impl<S: Store> Router<S> {
         }
     }
 
-    async fn publish(&self, actor: &str, payload: Element) -> Reply {
+    async fn publish(&self, actor: &str, payload: Element) -> Outcome {
         let req = PublishRequest::try_from(payload).map_err(|e| bad_request(&format!("malformed publish: {e}")))?;
         let node = req.publish.node;
         let [item] = &req.publish.items[..] else {
@@ -177,7 +189,7 @@ impl<S: Store> Router<S> {
         Ok(Some(publish_result(&node, &id).into()))
     }
 
-    async fn pull(&self, actor: &str, payload: Element) -> Reply {
+    async fn pull(&self, actor: &str, payload: Element) -> Result<Answer, StanzaError> {
         let q = ItemsQuery::try_from(payload).map_err(|e| bad_request(&format!("malformed items request: {e}")))?;
         let node = q.items.node;
         let rsm = q.rsm.unwrap_or(SetQuery { max: None, after: None, before: None, index: None });
@@ -193,11 +205,10 @@ impl<S: Store> Router<S> {
         };
         let page = self.svc.pull(actor, req).await.map_err(fail)?;
         let set = (!lookup).then(|| rsm_result(&page));
-        let items = page.items.iter().map(page_item).collect::<Result<_, _>>().map_err(fail)?;
-        Ok(Some(ItemsResult::new(node, items, set).into()))
+        Ok(Answer::Page { node, items: page.items, set })
     }
 
-    async fn disco_info(&self, actor: &str, node: Option<&str>) -> Reply {
+    async fn disco_info(&self, actor: &str, node: Option<&str>) -> Outcome {
         let mut result = DiscoInfoResult {
             node: node.map(String::from),
             identities: Vec::new(),
@@ -240,7 +251,7 @@ impl<S: Store> Router<S> {
         Ok(Some(result.into()))
     }
 
-    async fn disco_items(&self, actor: &str, payload: Element) -> Reply {
+    async fn disco_items(&self, actor: &str, payload: Element) -> Outcome {
         let q = DiscoItemsQuery::try_from(payload).map_err(|e| bad_request(&format!("malformed disco#items: {e}")))?;
         if q.node.as_deref() == Some(COMMANDS) {
             // Only admins may run the commands, so only admins see them.
@@ -323,11 +334,6 @@ pub fn rsm_result(page: &Page) -> SetResult {
         last: page.last.map(|c| format!("cursor:{c}")),
         count: Some(page.count as usize),
     }
-}
-
-/// An `<item id>` with its entry, or the tombstone of a retracted one.
-pub fn page_item(item: &Item) -> Result<PageItem, FeedError> {
-    Ok(PageItem::new(item.id.clone(), payload_element(item)?))
 }
 
 /// The element an item carries: its entry, or its `<deleted-entry/>`.

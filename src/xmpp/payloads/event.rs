@@ -8,18 +8,19 @@
 //!
 //! The message itself is a [`Push`]: one change goes to thousands of subscribers with the
 //! same event and headers, so those are built once and shared ([`PushBody`]), and each copy
-//! adds only its address and stanza id. It is written to the stream straight from the shared
-//! body ([`AsXml`]), never copied into a per-subscriber `Message`.
+//! adds only its address and stanza id. The body is encoded once, and each copy is written
+//! around it ([`ToParts`]), never built as a per-subscriber `Message`.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
+use super::shim::Headers;
+use crate::xmpp::parts::{Part, Parts, ToParts, Xso, attr, end, head_end, start, to_xml};
 use minidom::Element;
 use xmpp_parsers::ns;
 use xmpp_parsers::pubsub::event::{Event, Item as EventItem, Payload};
 use xmpp_parsers::pubsub::{ItemId, NodeName};
-use xso::exports::rxml::{Namespace, NcNameStr, xml_ncname};
-use xso::{AsXml, Item, error::Error};
+use xso::error::Error;
+use xso::exports::rxml::xml_ncname;
 
 /// The event of a published (or updated) item: `<items node><item id>ENTRY</item></items>`.
 /// `node` is the node name as the subscriber wrote it.
@@ -45,12 +46,20 @@ pub fn item_retracted(node: &str, id: &str) -> Event {
 }
 
 /// What every copy of one push shares: the sender (the component's JID, which Prosody
-/// requires as `from`), the `<event/>` and the `<headers/>`.
+/// requires as `from`), and the `<event/>` and `<headers/>`, encoded once.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PushBody {
     pub from: String,
-    pub event: Element,
-    pub headers: Element,
+    /// `<event xmlns=…>…</event><headers xmlns=…>…</headers>`, each standing alone.
+    xml: String,
+}
+
+impl PushBody {
+    /// The body of pushes from `from` carrying `event` and `headers`.
+    pub fn new(from: String, event: &Event, headers: &Headers) -> Result<PushBody, std::io::Error> {
+        let xml = to_xml(&Xso(event))? + &to_xml(&Xso(headers))?;
+        Ok(PushBody { from, xml })
+    }
 }
 
 /// One copy of a push: the shared body, sent to `to` with stanza id `id`.
@@ -61,35 +70,26 @@ pub struct Push {
     pub body: Arc<PushBody>,
 }
 
-impl AsXml for Push {
-    type ItemIter<'x> = Box<dyn Iterator<Item = Result<Item<'x>, Error>> + 'x>;
-
-    fn as_xml_iter(&self) -> Result<Self::ItemIter<'_>, Error> {
-        fn attr<'x>(name: &'static NcNameStr, value: &'x str) -> Item<'x> {
-            Item::Attribute(Namespace::NONE, Cow::Borrowed(name), Cow::Borrowed(value))
-        }
-        let head = [
-            Item::ElementHeadStart(Namespace::from_str(ns::DEFAULT_NS), Cow::Borrowed(xml_ncname!("message"))),
+impl ToParts for Push {
+    fn parts(&self) -> Result<Parts<'_>, Error> {
+        let parts = [
+            start(ns::DEFAULT_NS, xml_ncname!("message")),
             attr(xml_ncname!("from"), &self.body.from),
             attr(xml_ncname!("to"), &self.to),
             attr(xml_ncname!("type"), "headline"),
             attr(xml_ncname!("id"), &self.id),
-            Item::ElementHeadEnd,
+            head_end(),
+            Part::Verbatim(&self.body.xml),
+            end(),
         ];
-        Ok(Box::new(
-            head.into_iter()
-                .map(Ok)
-                .chain(self.body.event.as_xml_iter()?)
-                .chain(self.body.headers.as_xml_iter()?)
-                .chain(std::iter::once(Ok(Item::ElementFoot))),
-        ))
+        Ok(Box::new(parts.into_iter().map(Ok)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xmpp::payloads::shim::{Headers, SyncHeaders};
+    use crate::xmpp::payloads::shim::SyncHeaders;
     use xmpp_parsers::message::{Message, MessageType};
 
     const ENTRY: &str = "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:x</id></entry>";
@@ -136,13 +136,9 @@ mod tests {
             .unwrap();
         let headers: Headers =
             SyncHeaders { total_items: 427, previous_cursor: Some("1_0_1".into()), last_cursor: "2_0_2".into() }.into();
-        let body = PushBody {
-            from: "feeds.example.com".into(),
-            event: item_retracted("c", "X").into(),
-            headers: headers.into(),
-        };
+        let body = PushBody::new("feeds.example.com".into(), &item_retracted("c", "X"), &headers).unwrap();
         let push = Push { to: "alice@example.net/1".into(), id: "p1".into(), body: Arc::new(body) };
-        let written: Element = xso::transform(&push).unwrap();
+        let written: Element = to_xml(&push).unwrap().parse().unwrap();
         assert_eq!(written, elem);
 
         // And back, as a test client reads it.
@@ -154,14 +150,10 @@ mod tests {
 
     #[test]
     fn values_are_escaped() {
-        let body = PushBody {
-            from: "feeds.example.com".into(),
-            event: item_retracted("a&b<'\"", "X").into(),
-            headers: Headers::from(SyncHeaders { total_items: 1, previous_cursor: None, last_cursor: "1_0_1".into() })
-                .into(),
-        };
+        let headers = Headers::from(SyncHeaders { total_items: 1, previous_cursor: None, last_cursor: "1_0_1".into() });
+        let body = PushBody::new("feeds.example.com".into(), &item_retracted("a&b<'\"", "X"), &headers).unwrap();
         let push = Push { to: "o'brien@example.net".into(), id: "<p>".into(), body: Arc::new(body) };
-        let written: Element = xso::transform(&push).unwrap();
+        let written: Element = to_xml(&push).unwrap().parse().unwrap();
         assert_eq!(written.attr("to"), Some("o'brien@example.net"));
         assert_eq!(written.attr("id"), Some("<p>"));
         let event = Event::try_from(written.get_child("event", ns::PUBSUB_EVENT).unwrap().clone()).unwrap();

@@ -16,11 +16,10 @@ use std::borrow::Cow;
 use std::fmt;
 
 use minidom::Element;
-use xmpp_parsers::iq::{IqGetPayload, IqResultPayload};
+use xmpp_parsers::iq::IqGetPayload;
 use xmpp_parsers::ns;
 use xmpp_parsers::rsm::{SetQuery, SetResult};
 use xso::error::Error;
-use xso::exports::rxml::xml_ncname;
 use xso::text::TextCodec;
 use xso::{AsXml, FromXml};
 
@@ -118,11 +117,8 @@ impl TextCodec<Option<u64>> for MaxItemsCodec {
 }
 
 /// `<pubsub><items node="N"><item id="…">PAYLOAD</item>…</items><set/>?</pubsub>`, the body
-/// of the iq result to an [`ItemsQuery`].
-///
-/// Parsed with the derived reader, but turned into an element by hand (below): the derived
-/// writer re-creates every payload element event by event, which made it the largest cost
-/// of serving a page.
+/// of the iq result to an [`ItemsQuery`], as a client reads it. The service writes it with
+/// [`crate::xmpp::reply::ItemsReply`], entries as stored, without building this.
 #[derive(FromXml, Debug, Clone, PartialEq)]
 #[xml(namespace = ns::PUBSUB, name = "pubsub")]
 pub struct ItemsResult {
@@ -134,27 +130,6 @@ pub struct ItemsResult {
     /// empty page. SPEC §4 always sends one, also without RSM in the query.
     #[xml(child(default))]
     pub rsm: Option<SetResult>,
-}
-
-impl IqResultPayload for ItemsResult {}
-
-impl ItemsResult {
-    /// A result for `node` with `items` in the view's order and the paging result `rsm`.
-    pub fn new(node: impl Into<String>, items: Vec<PageItem>, rsm: Option<SetResult>) -> Self {
-        ItemsResult { items: ItemsPage { node: node.into(), items }, rsm }
-    }
-}
-
-/// Moves the payload elements into the result as they are.
-impl From<ItemsResult> for Element {
-    fn from(r: ItemsResult) -> Element {
-        let items = r.items.items.into_iter().map(|i| {
-            Element::builder("item", ns::PUBSUB).attr(xml_ncname!("id").to_owned(), i.id).append_all(i.payload).build()
-        });
-        let page =
-            Element::builder("items", ns::PUBSUB).attr(xml_ncname!("node").to_owned(), r.items.node).append_all(items);
-        Element::builder("pubsub", ns::PUBSUB).append(page.build()).append_all(r.rsm.map(Element::from)).build()
-    }
 }
 
 /// `<items node="N">` of an [`ItemsResult`]: the items of one page.
@@ -184,17 +159,9 @@ pub struct PageItem {
     pub payload: Option<Element>,
 }
 
-impl PageItem {
-    /// An item with its payload.
-    pub fn new(id: impl Into<String>, payload: Element) -> PageItem {
-        PageItem { id: id.into(), payload: Some(payload) }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xmpp_parsers::rsm::First;
     use xso::error::FromElementError;
 
     fn parse(s: &str) -> Element {
@@ -331,28 +298,5 @@ mod tests {
         assert_eq!(rsm.first.as_ref().unwrap().item, "cursor:1_0_1");
         assert_eq!(rsm.last.as_deref(), Some("cursor:2_0_2"));
         assert_eq!(rsm.count, Some(427));
-
-        let built = ItemsResult::new(
-            "c",
-            r.items.items.iter().map(|i| PageItem::new(i.id.clone(), i.payload.clone().unwrap())).collect(),
-            Some(SetResult {
-                first: Some(First { index: Some(4), item: "cursor:1_0_1".into() }),
-                last: Some("cursor:2_0_2".into()),
-                count: Some(427),
-            }),
-        );
-        assert_eq!(built, r);
-        assert_eq!(Element::from(built), elem);
-    }
-
-    #[test]
-    fn empty_result_carries_count_only() {
-        let elem = parse(
-            "<pubsub xmlns='http://jabber.org/protocol/pubsub'><items node='c'/>\
-             <set xmlns='http://jabber.org/protocol/rsm'><count>0</count></set></pubsub>",
-        );
-        let built = ItemsResult::new("c", Vec::new(), Some(SetResult { first: None, last: None, count: Some(0) }));
-        assert_eq!(ItemsResult::try_from(elem.clone()).unwrap(), built);
-        assert_eq!(Element::from(built), elem);
     }
 }
