@@ -9,6 +9,8 @@
 #   PROSODY_COMPONENT_PORT  XEP-0114 component port [5347]
 #   PROSODY_SECRET          secret of the feeds.localhost component [secret]
 #   PROSODY_LOG_LEVEL       debug, info, warn, error [info]
+#   PROSODY_NETWORK_DEFAULTS=1  leave out the network tuning of prosody.cfg.lua (read size,
+#                           Nagle), to measure Prosody as it comes
 #
 # Demo accounts (created or reset on every start), all with the password "password"
 # (the test harness creates the same ones):
@@ -58,7 +60,10 @@ log_level=${PROSODY_LOG_LEVEL:-info}
 config="$run_dir/prosody.cfg.lua"
 
 # Fill in the template. '|' is the sed delimiter, so it may not appear in the values.
-sed -e "s|@C2S_PORT@|$c2s_port|g" \
+untune='s|^$||'
+[ "${PROSODY_NETWORK_DEFAULTS:-0}" = 1 ] && untune='/^network_\(default_read_size\|settings\) = /d'
+sed -e "$untune" \
+    -e "s|@C2S_PORT@|$c2s_port|g" \
     -e "s|@COMPONENT_PORT@|$component_port|g" \
     -e "s|@DATA@|$run_dir|g" \
     -e "s|@SECRET@|$secret|g" \

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use smartfeeds::config::Config;
 use smartfeeds::feed::page::Page;
 use smartfeeds::feed::service::{PullRequest, Service};
-use smartfeeds::feed::{Entry, Filter, Order, OrderBy, View};
+use smartfeeds::feed::{Cursor, Entry, Filter, Order, OrderBy, View};
 use smartfeeds::store::sqlite::SqliteStore;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -73,6 +73,17 @@ impl Model {
             out.reverse();
         }
         out
+    }
+
+    /// The cursor of an item of the view: its time, and the ids of the view's items at that
+    /// time in ascending key order through it.
+    fn cursor(&self, v: &View, id: &str) -> Cursor {
+        let mut keyed = self.view(v);
+        keyed.sort_by_key(|(_, k)| *k);
+        let (_, (t, _)) = keyed.iter().find(|(i, _)| i == id).unwrap().clone();
+        let ties: Vec<&str> = keyed.iter().filter(|(_, k)| k.0 == t).map(|(i, _)| i.as_str()).collect();
+        let upto = ties.iter().position(|i| *i == id).unwrap();
+        Cursor::of(t, ties[..=upto].iter().copied())
     }
 }
 
@@ -208,6 +219,12 @@ fn walk(w: &World, v: &View, max: u64, forward: bool) -> Vec<String> {
         let want: Vec<String> =
             expected[first_index..first_index + page_ids.len()].iter().map(|(id, _)| id.clone()).collect();
         assert_eq!(page_ids, want, "page of {node} at index {first_index} is in view order");
+        assert_eq!(page.first, Some(w.model.cursor(v, &page_ids[0])), "first cursor of a page of {node}");
+        assert_eq!(
+            page.last,
+            Some(w.model.cursor(v, &page_ids[page_ids.len() - 1])),
+            "last cursor of a page of {node}"
+        );
         if forward {
             seen.extend(page_ids);
             pos = Some(page.last.unwrap().to_string());

@@ -65,18 +65,27 @@ enum Side {
     Before,
 }
 
+/// An exclusive key bound, with the cursor's tie ids when a cursor gave it.
+struct Bound {
+    key: Key,
+    /// The ids at `key.t` through the item at `key`, in tie order: what a cursor of a
+    /// neighbouring item is made of, so the page need not read them again.
+    ties: Option<Vec<String>>,
+}
+
 /// Turns a position into an exclusive key bound for `side` of a view.
-fn bound(tx: &dyn ReadTx, feed: &FeedRow, view: &View, pos: &Position, side: Side) -> Result<Key, FeedError> {
+fn bound(tx: &dyn ReadTx, feed: &FeedRow, view: &View, pos: &Position, side: Side) -> Result<Bound, FeedError> {
     let scope = scope(feed, view);
     let time = |t: i64| {
         // Inclusive in view order: "after T" in an ascending view starts at the first key of
         // T; in a descending view it ends at the last key of T. "before" mirrors that.
-        if (side == Side::After) != view.order.descending { Key::start_of(t) } else { Key::end_of(t) }
+        let key = if (side == Side::After) != view.order.descending { Key::start_of(t) } else { Key::end_of(t) };
+        Bound { key, ties: None }
     };
     match pos {
         Position::Time(t) => Ok(time(*t)),
         Position::Id(id) => match tx.item(feed.id, id)? {
-            Some(item) => Ok(item.key(view.order.by)),
+            Some(item) => Ok(Bound { key: item.key(view.order.by), ties: None }),
             None => Err(FeedError::ItemNotFound(id.clone())),
         },
         Position::Cursor(c) => {
@@ -89,7 +98,7 @@ fn bound(tx: &dyn ReadTx, feed: &FeedRow, view: &View, pos: &Position, side: Sid
                 return Ok(time(c.t));
             }
             match tx.item(feed.id, &ids[want - 1])? {
-                Some(item) => Ok(item.key(view.order.by)),
+                Some(item) => Ok(Bound { key: item.key(view.order.by), ties: Some(ids) }),
                 None => Ok(time(c.t)),
             }
         }
@@ -103,8 +112,8 @@ pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> 
     let count = tx.count(scope)?;
     let mut out = Page { count, ..Page::default() };
     // Bounds in view order, then mapped onto ascending keys.
-    let mut after: Option<Key> = None;
-    let mut before: Option<Key> = None;
+    let mut after: Option<Bound> = None;
+    let mut before: Option<Bound> = None;
     match &req.start {
         Some(Anchor::Index(i)) => {
             if *i >= count {
@@ -113,11 +122,12 @@ pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> 
             let asc_index = if desc { count - 1 - i } else { *i };
             let Some(k) = tx.nth(scope, asc_index)? else { return Ok(out) };
             // Just outside the item, on the side the page starts from.
-            after = Some(if desc {
+            let key = if desc {
                 Key { t: k.t, seq: k.seq.saturating_add(1) }
             } else {
                 Key { t: k.t, seq: k.seq.saturating_sub(1) }
-            });
+            };
+            after = Some(Bound { key, ties: None });
         }
         Some(Anchor::After(p)) => after = Some(bound(tx, feed, view, p, Side::After)?),
         None => {}
@@ -133,16 +143,20 @@ pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> 
     let (lo, hi) = if desc { (before, after) } else { (after, before) };
     // Walking forward in a descending view is walking down the keys, and so on.
     let scan_descending = desc != backwards;
-    if let (Some(l), Some(h)) = (lo, hi)
+    let (lo_key, hi_key) = (lo.as_ref().map(|b| b.key), hi.as_ref().map(|b| b.key));
+    if let (Some(l), Some(h)) = (lo_key, hi_key)
         && l >= h
     {
         return Ok(out);
     }
-    let mut items = tx.scan(scope, lo, hi, scan_descending, req.max)?;
+    let mut items = tx.scan(scope, lo_key, hi_key, scan_descending, req.max)?;
     if backwards {
         items.reverse();
     }
-    finish(tx, scope, view, items, &mut out)?;
+    // The scan went from this bound, so its item is the page's neighbour in the scope.
+    let from = if scan_descending { hi } else { lo };
+    let neighbour = from.and_then(|b| Some((b.key, b.ties?)));
+    finish(tx, scope, view, items, neighbour, &mut out)?;
     Ok(out)
 }
 
@@ -154,7 +168,7 @@ pub fn most_recent(tx: &dyn ReadTx, feed: &FeedRow, view: &View, n: usize) -> Re
     if !view.order.descending {
         items.reverse();
     }
-    finish(tx, scope, view, items, &mut out)?;
+    finish(tx, scope, view, items, None, &mut out)?;
     Ok(out)
 }
 
@@ -175,20 +189,80 @@ pub fn by_ids(tx: &dyn ReadTx, feed: &FeedRow, view: &View, ids: &[String]) -> R
         items.reverse();
     }
     let mut out = Page { count: tx.count(scope)?, ..Page::default() };
-    finish(tx, scope, view, items, &mut out)?;
+    finish(tx, scope, view, items, None, &mut out)?;
     Ok(out)
 }
 
 /// Fills in the first index and the first and last cursors of a page.
-fn finish(tx: &dyn ReadTx, scope: Scope<'_>, view: &View, items: Vec<Item>, out: &mut Page) -> Result<(), FeedError> {
-    if let (Some(first), Some(last)) = (items.first(), items.last()) {
-        let (fk, lk) = (first.key(view.order.by), last.key(view.order.by));
+///
+/// `neighbour` is the key and tie ids of the scope's item right next to the page (below its
+/// lowest key or above its highest), when the page was read from a cursor: with it, the
+/// cursors of the page cost no read at all. Without it, one read of tie ids at most.
+fn finish(
+    tx: &dyn ReadTx,
+    scope: Scope<'_>,
+    view: &View,
+    items: Vec<Item>,
+    neighbour: Option<(Key, Vec<String>)>,
+    out: &mut Page,
+) -> Result<(), FeedError> {
+    if let Some(first) = items.first() {
+        let fk = first.key(view.order.by);
         let rank = tx.rank(scope, fk)?;
         out.first_index = Some(if view.order.descending { out.count.saturating_sub(rank + 1) } else { rank });
-        let first_cursor = cursor_of(tx, scope, fk)?;
-        out.first = Some(first_cursor);
-        out.last = Some(if lk == fk { first_cursor } else { cursor_of(tx, scope, lk)? });
+        let mut asc: Vec<(Key, &str)> = items.iter().map(|i| (i.key(view.order.by), i.id.as_str())).collect();
+        if view.order.descending {
+            asc.reverse();
+        }
+        let lowest = lowest_ties(tx, scope, &asc, neighbour)?;
+        let cursor = |j: usize| page_cursor(&asc, &lowest, j);
+        let (first_at, last_at) = if view.order.descending { (asc.len() - 1, 0) } else { (0, asc.len() - 1) };
+        out.first = Some(cursor(first_at));
+        out.last = Some(cursor(last_at));
     }
     out.items = items;
     Ok(())
+}
+
+/// The tie ids through the lowest item of a page (`asc`: the page's keys and ids,
+/// ascending, contiguous in the scope).
+fn lowest_ties(
+    tx: &dyn ReadTx,
+    scope: Scope<'_>,
+    asc: &[(Key, &str)],
+    neighbour: Option<(Key, Vec<String>)>,
+) -> Result<Vec<String>, FeedError> {
+    let (low, low_id) = asc[0];
+    let n = asc.len();
+    match neighbour {
+        // Right below the page: the lowest item follows it in its tie group, or opens its own.
+        Some((k, mut ids)) if k < low => {
+            if k.t != low.t {
+                ids.clear();
+            }
+            ids.push(low_id.to_string());
+            Ok(ids)
+        }
+        // Right above the page, at the same time: the whole page is in its tie group, just
+        // before it.
+        Some((k, mut ids)) if k.t == low.t && ids.len() > n => {
+            ids.truncate(ids.len() - n);
+            Ok(ids)
+        }
+        _ => Ok(tx.ties(scope, low.t, low.seq, MAX_TIES)?),
+    }
+}
+
+/// The cursor of the page's `j`-th lowest item: its tie group is the page's items before it
+/// at its time, preceded by the lowest item's own tie group when that is the same time.
+fn page_cursor(asc: &[(Key, &str)], lowest: &[String], j: usize) -> Cursor {
+    let t = asc[j].0.t;
+    let from = asc[..=j].iter().rposition(|(k, _)| k.t != t).map_or(0, |p| p + 1);
+    let own = asc[from..=j].iter().map(|(_, id)| *id);
+    if from == 0 {
+        // `lowest` ends with the page's first item, which `own` starts with.
+        Cursor::of(t, lowest.iter().map(String::as_str).chain(own.skip(1)))
+    } else {
+        Cursor::of(t, own)
+    }
 }
