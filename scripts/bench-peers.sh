@@ -10,6 +10,9 @@
 #   prosody   smartfeeds            feeds.localhost        RSM pages, durable publishes
 #             mod_pubsub (file)     pubsub.localhost       Prosody's file store
 #             mod_pubsub (memory)   pubsub-mem.localhost   Prosody's memory store (not durable)
+#   prosody-defaults        the same three, with Prosody's network defaults (prosody/start.sh's
+#                           PROSODY_NETWORK_DEFAULTS=1: 4 KiB reads, Nagle on); not run
+#                           unless named in BENCH_HOSTS
 #   ejabberd  smartfeeds            feeds.localhost
 #             mod_pubsub            pubsub.localhost       Mnesia (not fsynced)
 # Prosody 0.12's pubsub ignores RSM, so its pages are asked with max_items (the 50 newest
@@ -85,10 +88,10 @@ wait_port() {
 
 for host in $hosts; do
 	case "$host" in
-		prosody) command -v prosody >/dev/null || { log "prosody not found: apt-get install prosody"; exit 1; } ;;
+		prosody | prosody-defaults) command -v prosody >/dev/null || { log "prosody not found: apt-get install prosody"; exit 1; } ;;
 		ejabberd) command -v ejabberdctl >/dev/null || [ -x /usr/sbin/ejabberdctl ] \
 			|| { log "ejabberdctl not found: apt-get install ejabberd"; exit 1; } ;;
-		*) log "unknown host '$host' (prosody, ejabberd)"; exit 2 ;;
+		*) log "unknown host '$host' (prosody, prosody-defaults, ejabberd)"; exit 2 ;;
 	esac
 done
 
@@ -141,9 +144,9 @@ trap 'exit 130' INT TERM
 
 secret="bench-$$-$RANDOM"
 
-# Starts Prosody in $tmp/prosody; sets component_port, server_pid, stop_server.
+# Starts Prosody in $tmp/$host; sets component_port, server_pid, stop_server.
 start_prosody() {
-	local dir=$tmp/prosody c2s
+	local dir=$tmp/$host c2s
 	free_port c2s
 	free_port component_port
 	log "starting Prosody (c2s $c2s, components $component_port) in $dir"
@@ -160,6 +163,11 @@ start_prosody() {
 		sleep 0.1
 	done
 	stop_server="env PROSODY_RUN_DIR=$dir $repo/prosody/start.sh --stop"
+}
+
+# Prosody with its own network settings instead of the ones prosody/ uses.
+start_prosody-defaults() {
+	PROSODY_NETWORK_DEFAULTS=1 start_prosody
 }
 
 # Starts ejabberd in $tmp/ejabberd; sets component_port, server_pid, stop_server.
@@ -232,7 +240,7 @@ run() {
 # 0 for smartfeeds, which keeps every item and needs no node creation).
 services_of() {
 	case "$1" in
-		prosody)
+		prosody | prosody-defaults)
 			echo "smartfeeds feeds.localhost rsm 0"
 			# Prosody's pubsub keeps at most 256 items per node (pubsub_max_items).
 			echo "mod_pubsub(file) pubsub.localhost max-items 256"
