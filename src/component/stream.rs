@@ -12,13 +12,12 @@
 //! parser stays in sync) and the reader reports [`Frame::Dropped`] with the stanza's
 //! header, so an iq still gets its error reply and the link stays up.
 
-use crate::xmpp::parts::{Part, ToParts, XmlBuf, declaration};
+use crate::xmpp::parts::{ToParts, XmlBuf, attr, declaration, end, head_end, start};
 use minidom::Element;
 use minidom::tree_builder::TreeBuilder;
+use rxml::RawEvent;
 use rxml::WithOptions;
 use rxml::parser::EventMetrics;
-use rxml::{Namespace, RawEvent};
-use std::borrow::Cow;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWriteExt, BufReader};
@@ -298,21 +297,11 @@ impl Writer {
     fn header(&mut self, to: &str) -> io::Result<()> {
         let parts = [
             declaration(),
-            Part::Item(xso::Item::ElementHeadStart(
-                Namespace::from(STREAM_NS),
-                Cow::Borrowed(rxml::xml_ncname!("stream")),
-            )),
-            Part::Item(xso::Item::Attribute(
-                Namespace::NONE,
-                Cow::Borrowed(rxml::xml_ncname!("to")),
-                Cow::Borrowed(to),
-            )),
-            Part::Item(xso::Item::ElementHeadEnd),
+            start(STREAM_NS, rxml::xml_ncname!("stream")),
+            attr(rxml::xml_ncname!("to"), to),
+            head_end(),
         ];
-        parts
-            .into_iter()
-            .try_for_each(|p| self.buf.put_part(p))
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+        parts.into_iter().try_for_each(|p| self.buf.put_part(p))
     }
 
     /// Encodes `x` into the buffer. On error nothing of it stays there.
@@ -342,9 +331,7 @@ impl Writer {
     /// Writes what is buffered and the stream footer, and shuts down our sending side; the
     /// server then closes its side (read on until [`Frame::End`] to see what it still sent).
     pub async fn close(&mut self) -> io::Result<()> {
-        self.buf
-            .put_part(Part::Item(xso::Item::ElementFoot))
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        self.buf.put_part(end())?;
         self.flush().await?;
         self.io.shutdown().await
     }

@@ -134,7 +134,9 @@ impl<S: Store> Notifier<S> {
                         let body = PushBody::new(from.clone(), &event, &headers).map_err(|e| {
                             FeedError::Store(crate::store::StoreError::Backend(format!("push of {}: {e}", item.id)))
                         })?;
-                        bodies.entry(sub.node.clone()).or_insert(Arc::new(body)).clone()
+                        let body = Arc::new(body);
+                        bodies.insert(sub.node.clone(), body.clone());
+                        body
                     }
                 };
                 *n += 1;

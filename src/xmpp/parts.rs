@@ -90,18 +90,18 @@ impl XmlBuf {
         let before = self.bytes.len();
         let result = x
             .parts()
-            .map_err(|e| e.to_string())
-            .and_then(|parts| parts.into_iter().try_for_each(|part| self.put_part(part.map_err(|e| e.to_string())?)));
-        result.map_err(|e| {
+            .map_err(invalid)
+            .and_then(|parts| parts.into_iter().try_for_each(|p| self.put_part(p.map_err(invalid)?)));
+        if result.is_err() {
             self.bytes.truncate(before);
-            io::Error::new(io::ErrorKind::InvalidInput, e)
-        })
+        }
+        result
     }
 
     /// Encodes one part.
-    pub fn put_part(&mut self, part: Part<'_>) -> Result<(), String> {
+    pub fn put_part(&mut self, part: Part<'_>) -> io::Result<()> {
         match part {
-            Part::Item(item) => self.encoder.encode(item.as_rxml_item(), &mut self.bytes).map_err(|e| e.to_string()),
+            Part::Item(item) => self.encoder.encode(item.as_rxml_item(), &mut self.bytes).map_err(invalid),
             Part::Verbatim(text) => {
                 self.bytes.extend_from_slice(text.as_bytes());
                 Ok(())
@@ -124,6 +124,11 @@ impl XmlBuf {
     pub fn clear(&mut self) {
         self.bytes.clear();
     }
+}
+
+/// An encoding error, as the writer's I/O error.
+fn invalid(e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
 }
 
 /// `x` as standalone XML: every namespace declared where it is first used.

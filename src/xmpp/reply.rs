@@ -30,9 +30,7 @@ impl Reply {
             _ => None,
         }
     }
-}
 
-impl Reply {
     /// As standalone XML (for tests and logs; the link writes it into its stream).
     pub fn to_xml(&self) -> String {
         super::parts::to_xml(self).unwrap_or_else(|e| format!("<!-- unwritable reply: {e} -->"))
