@@ -9,6 +9,7 @@
 
 pub mod adhoc;
 pub mod errors;
+pub mod iq;
 pub mod notify;
 pub mod parts;
 pub mod payloads;
