@@ -72,7 +72,9 @@ impl Link {
     /// Connects to `addr` as the component `domain` and logs in with `secret`.
     pub async fn connect(addr: SocketAddr, domain: &str, secret: &str) -> Result<(Arc<Link>, Inbox), String> {
         let limits = Limits { max_stanza_bytes: 64 << 20, ..Limits::default() };
-        let (reader, writer) = stream::connect(&addr.to_string(), domain, secret, limits, LOGIN_TIMEOUT).await?;
+        let (reader, writer) = stream::connect(&addr.to_string(), domain, secret, limits, LOGIN_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string())?;
         let w = writer.into_inner();
         let (out, out_rx) = mpsc::unbounded_channel();
         let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();

@@ -1,7 +1,7 @@
 //! The service: every operation a client can ask for, whichever face it came through, as
-//! plain values in and typed outcomes out. Split by concern: [`pull`] (pages, node
-//! meta-data, the feed list), [`publish`] (publish, update, retract), [`subscriptions`],
-//! [`fanout`] (who gets a change, and bounces), [`admin`]. Every decision about who may do
+//! plain values in and typed outcomes out. Split by concern into files: `pull` (pages,
+//! node meta-data, the feed list), `publish` (publish, update, retract), `subscriptions`,
+//! `fanout` (who gets a change, and bounces), `admin`. Every decision about who may do
 //! what is asked of [`Policy::may`].
 
 mod admin;

@@ -1,7 +1,7 @@
 //! The push headline of SPEC §5: a `<message type="headline">` with a pubsub#event payload
 //! and SHIM sync headers.
 //!
-//! The payload is exactly what xmpp-parsers' [`Event`] reads:
+//! The payload is exactly what xmpp-parsers' `xmpp_parsers::pubsub::event::Event` reads:
 //! `<event xmlns="http://jabber.org/protocol/pubsub#event"><items node="N"><item id="X">ENTRY
 //! </item></items></event>`, or `<items node="N"><retract id="X"/></items>` for a retraction
 //! (the tests below read ours back with it).
