@@ -17,7 +17,10 @@
 //! package `lua-unbound`), configured by the global `unbound` option: `hoststxt` is a hosts
 //! file of the server's own (`ADDRESS DOMAIN` of the peer), `resolvconf = false` ignores
 //! `/etc/resolv.conf`, and the unbound option `local-zone: ". static"` answers every name
-//! that file does not hold with NXDOMAIN, locally. So the SRV lookup for
+//! that file does not hold with NXDOMAIN, locally. `localhost.` needs a zone of its own
+//! (unbound's built-in one refuses names below `localhost` such as `feeds.localhost`), and
+//! since the option table takes one value per key, that second `local-zone` is written
+//! without its colon, which `ub_ctx_set_option` accepts as well. So the SRV lookup for
 //! `_xmpp-server._tcp.remote.test` fails at once with NXDOMAIN (Prosody then falls back to
 //! the domain's address and the default port 5269, RFC 6120 §3.2.2), the A lookup comes
 //! from the hosts file, and no query ever leaves the process. (An SRV lookup answered with
@@ -27,6 +30,8 @@
 //! **Authentication.** Dialback (XEP-0220) without TLS: `s2s_require_encryption = false`,
 //! `s2s_secure_auth = false`, no certificates. The component's domain federates through its
 //! host (Prosody gives components the global `dialback` module).
+//!
+//! `SMARTFEEDS_KEEP_PROSODY=1` keeps both servers' directories (configs, logs).
 //!
 //! Accounts are `internal_plain` files, as in [`Prosody`](super::prosody::Prosody); every
 //! server has `admin`, `bot`, `alice` and `bob` with the password `password`.
@@ -81,7 +86,7 @@ enum Role {
 
 /// One Prosody of a [`Federation`].
 pub struct FedServer {
-    _dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
     data: PathBuf,
     role: Role,
     domain: &'static str,
@@ -108,7 +113,7 @@ impl FedServer {
         let domain = if role == Role::Home { VHOST } else { REMOTE };
         let mut server = FedServer {
             secret: format!("fed-secret-{}", std::process::id()),
-            _dir: dir,
+            dir: Some(dir),
             data,
             role,
             domain,
@@ -181,7 +186,8 @@ s2s_direct_tls_ports = {{}}
 s2s_require_encryption = false
 s2s_secure_auth = false
 -- Names come from this server's own hosts file; everything else is NXDOMAIN, locally.
-unbound = {{ hoststxt = "{data}/hosts"; resolvconf = false; options = {{ ["local-zone:"] = ". static" }} }}
+unbound = {{ hoststxt = "{data}/hosts"; resolvconf = false;
+	options = {{ ["local-zone:"] = ". static"; ["local-zone"] = "localhost. static" }} }}
 {component}"#,
             c2s = self.c2s_port,
             s2s = self.s2s_addr,
@@ -336,6 +342,11 @@ impl Server for FedServer {
 impl Drop for FedServer {
     fn drop(&mut self) {
         self.kill();
+        if std::env::var_os("SMARTFEEDS_KEEP_PROSODY").is_some()
+            && let Some(dir) = self.dir.take()
+        {
+            eprintln!("keeping the {} Prosody directory {}", self.domain, dir.keep().display());
+        }
     }
 }
 
