@@ -250,7 +250,9 @@ unbound = {{ hoststxt = "{data}/hosts"; resolvconf = false;
 
     fn account_file(&self, name: &str) -> PathBuf {
         let enc = |s: &str| -> String {
-            s.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02x}") }).collect()
+            s.bytes()
+                .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02x}") })
+                .collect()
         };
         self.data.join(enc(self.domain)).join("accounts").join(format!("{}.dat", enc(name)))
     }
