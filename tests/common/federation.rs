@@ -224,6 +224,8 @@ unbound = {{ hoststxt = "{data}/hosts"; resolvconf = false;
         let wanted = [
             format!("Activated service 'c2s' on [127.0.0.1]:{}", self.c2s_port),
             format!("Activated service 's2s' on [{}]:{S2S_PORT}", self.s2s_addr),
+            // libunbound is up (so `unbound` is the resolver, not the machine's).
+            "Setting up net.server event handling for ub_ctx".to_string(),
         ];
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
@@ -233,6 +235,13 @@ unbound = {{ hoststxt = "{data}/hosts"; resolvconf = false;
                 return;
             }
             let exited = self.process.as_mut().is_some_and(|(c, _)| matches!(c.try_wait(), Ok(Some(_))));
+            if text.contains("Using legacy DNS API") {
+                self.kill();
+                panic!(
+                    "Prosody resolves without libunbound, so it would ask the machine's resolver: \
+                     install the Debian package with `apt-get install lua-unbound`"
+                );
+            }
             if exited || Instant::now() > deadline || text.contains("Failed to open server port") {
                 let tail = self.log_tail(30);
                 self.kill();
