@@ -4,6 +4,7 @@
 
 use crate::component::{self, Inbound, LinkConfig, Outbound};
 use crate::config::Config;
+use crate::feed::Action;
 use crate::feed::service::{Service, system_clock};
 use crate::limiter::{Admission, DomainSlots, Limiter};
 use crate::metrics::Metrics;
@@ -11,7 +12,7 @@ use crate::store::sqlite::SqliteStore;
 use crate::xmpp::errors::{resource_constraint, service_unavailable};
 use crate::xmpp::notify::{Notifier, change_sink};
 use crate::xmpp::reply::Reply;
-use crate::xmpp::router::{Router, request_kind};
+use crate::xmpp::router::{Router, Served};
 use anyhow::Context;
 use jid::Jid;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +39,6 @@ struct Dispatcher {
     limiter: Limiter,
     /// Bounds one sender domain's share of `slots`.
     domains: DomainSlots,
-    admins: Vec<String>,
     notifier: Arc<Notifier<SqliteStore>>,
     /// Taken away at shutdown, so the link sees the queue close once in-flight work is done.
     out: Mutex<Option<mpsc::Sender<Reply>>>,
@@ -101,8 +101,8 @@ impl Dispatcher {
         }
         let sender = iq.from().map(|f| f.to_bare().to_string()).unwrap_or_default();
         let domain = iq.from().map(|f| f.domain().to_string()).unwrap_or_default();
-        let admin = self.admins.contains(&sender);
-        let wait = if admin {
+        let unlimited = self.router.service().may(&sender, Action::Unlimited, "").is_ok();
+        let wait = if unlimited {
             Duration::ZERO
         } else {
             match self.limiter.admit(&sender, std::time::Instant::now()) {
@@ -125,10 +125,10 @@ impl Dispatcher {
                     }
                 }
             }
-            let _domain_slot = if admin { None } else { Some(this.domains.acquire(&domain).await) };
+            let _domain_slot = if unlimited { None } else { Some(this.domains.acquire(&domain).await) };
             let Ok(_slot) = this.slots.clone().acquire_owned().await else { return };
-            let (kind, started) = (request_kind(&iq), std::time::Instant::now());
-            if let Some(reply) = this.router.handle_iq(iq).await {
+            let started = std::time::Instant::now();
+            if let Some(Served { kind, reply }) = this.router.handle_iq(iq).await {
                 let outcome = match reply.error() {
                     Some(error) => minidom::Element::from(error.defined_condition.clone()).name().to_string(),
                     None => "ok".to_string(),
@@ -163,12 +163,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (change_tx, change_rx) = mpsc::channel(config.push.backlog);
     let weak_changes = change_tx.downgrade();
     let m = metrics.clone();
-    let observer: crate::store::CommitObserver = Box::new(move |batch, took| m.commit(batch, took));
-    let store =
-        SqliteStore::open_observed(&config.store.path, Some(change_sink(change_tx, metrics.clone())), Some(observer))
-            .with_context(|| format!("opening the store {}", config.store.path.display()))?;
-    let notifier = Arc::new(Notifier::new(store.clone(), me.clone(), config.push.bounce_limit, metrics.clone()));
-    let svc = Service::new(store, config.clone(), system_clock());
+    let observer: crate::feed::ports::CommitObserver = Box::new(move |batch, took| m.commit(batch, took));
+    let sink = change_sink(change_tx, metrics.clone());
+    let path = config.store.path.clone();
+    // Opening may migrate a large database: never on an async worker.
+    let store = tokio::task::spawn_blocking(move || SqliteStore::open_observed(&path, Some(sink), Some(observer)))
+        .await
+        .context("opening the store")?
+        .with_context(|| format!("opening the store {}", config.store.path.display()))?;
+    let svc = Service::new(store, Arc::new(config.policy()), system_clock());
+    let notifier = Arc::new(Notifier::new(svc.clone(), me.clone(), metrics.clone()));
     svc.init().await.context("creating the configured feeds")?;
     tracing::info!(db = %config.store.path.display(), feeds = config.feeds.len(), "store ready");
 
@@ -198,7 +202,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             config.limits.request_backlog,
         ),
         domains: DomainSlots::new(config.limits.requests_per_domain),
-        admins: config.admins.clone(),
         metrics,
         notifier,
         out: Mutex::new(Some(out_tx)),

@@ -2,6 +2,7 @@
 //! unnoticed), then validated into values the rest of the program can trust.
 
 use crate::feed::Order;
+use crate::feed::policy::{self, FeedPolicy, Policy};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -289,11 +290,50 @@ impl Config {
     }
 }
 
-impl FeedConfig {
-    /// The order of the feed's node when the name gives none.
-    pub fn order(&self) -> Order {
-        self.default_order.as_deref().and_then(Order::parse).unwrap_or(Order::NEWEST_FIRST)
+impl Config {
+    /// The core's rules, built once at start from a validated configuration: orders parsed,
+    /// JIDs in their canonical bare form, feeds by name.
+    pub fn policy(&self) -> Policy {
+        let feeds = self.feeds.iter().map(|f| (f.name.clone(), f.policy())).collect();
+        let l = &self.limits;
+        Policy {
+            admins: self.admins.iter().map(|a| canonical_jid(a)).collect(),
+            autocreate: self.autocreate,
+            feeds,
+            limits: policy::Limits {
+                default_page: l.default_page,
+                max_page: l.max_page,
+                max_payload_bytes: l.max_payload_bytes,
+                max_ids: l.max_ids,
+                max_subscriptions_per_jid: l.max_subscriptions_per_jid,
+                max_subscriptions_per_feed: l.max_subscriptions_per_feed,
+            },
+            bounce_limit: self.push.bounce_limit,
+        }
     }
+}
+
+impl FeedConfig {
+    fn policy(&self) -> FeedPolicy {
+        let (domains, jids): (Vec<&String>, Vec<&String>) = self.allowed.iter().partition(|a| a.starts_with("*@"));
+        FeedPolicy {
+            title: self.title.clone(),
+            description: self.description.clone(),
+            publishers: self.publishers.iter().map(|p| canonical_jid(p)).collect(),
+            order: self.default_order.as_deref().and_then(Order::parse).unwrap_or_default(),
+            access: match self.access {
+                Access::Open => policy::Access::Open,
+                Access::Whitelist => policy::Access::Whitelist,
+            },
+            allowed: jids.into_iter().map(|j| canonical_jid(j)).collect(),
+            allowed_domains: domains.into_iter().map(|d| canonical_jid(&d[2..])).collect(),
+        }
+    }
+}
+
+/// A validated bare JID as the JID parser writes it (as senders' JIDs are compared).
+fn canonical_jid(s: &str) -> String {
+    jid::BareJid::new(s).map_or_else(|_| s.to_string(), |j| j.to_string())
 }
 
 fn check_bare_jid(what: &str, s: &str) -> Result<(), ConfigError> {
@@ -326,8 +366,12 @@ allowed = ["bob@x", "*@example.net"]
         c.validate().unwrap();
         assert_eq!(c.component.server, "127.0.0.1:5347");
         assert_eq!(c.limits.max_page, 500);
-        assert_eq!(c.feed("comments").unwrap().order(), Order::NEWEST_FIRST);
-        assert_eq!(c.feed("comments").unwrap().access, Access::Whitelist);
+        let p = c.policy();
+        let comments = p.feed("comments");
+        assert_eq!(comments.order, Order::NEWEST_FIRST);
+        assert_eq!(comments.access, policy::Access::Whitelist);
+        assert!(comments.allowed.contains("bob@x") && comments.allowed_domains.contains("example.net"));
+        assert!(p.is_admin("admin@localhost") && comments.publishers.contains("bot@localhost"));
         assert!(!format!("{:?}", c.component).contains("\"s\""), "secret must not be printed");
     }
 

@@ -33,7 +33,7 @@ allowed = ["*@example.net"]
 "#,
     )
     .unwrap();
-    let svc = Service::new(SqliteStore::open_in_memory(None).unwrap(), Arc::new(config), Arc::new(|| NOW));
+    let svc = Service::new(SqliteStore::open_in_memory(None).unwrap(), Arc::new(config.policy()), Arc::new(|| NOW));
     svc.init().await.unwrap();
     Router::new(svc, "feeds.localhost".parse().unwrap())
 }
@@ -52,7 +52,7 @@ fn stanza(xml: &str) -> Iq {
 /// way the expectations are.
 async fn ask(r: &Router<SqliteStore>, xml: &str) -> String {
     let reply = r.handle_iq(stanza(xml)).await.expect("a get or set gets a reply");
-    let written: Element = reply.to_xml().parse().expect("the reply is well-formed XML");
+    let written: Element = reply.reply.to_xml().parse().expect("the reply is well-formed XML");
     String::from(&written)
 }
 

@@ -126,7 +126,7 @@ impl World {
         let clock = Arc::new(AtomicI64::new(1_700_000_000_000));
         let c = clock.clone();
         let store = SqliteStore::open_in_memory(None).unwrap();
-        let svc = Service::new(store, Arc::new(config), Arc::new(move || c.load(Ordering::SeqCst)));
+        let svc = Service::new(store, Arc::new(config.policy()), Arc::new(move || c.load(Ordering::SeqCst)));
         rt.block_on(svc.init()).unwrap();
         World { rt, svc, clock, model: Model::default() }
     }

@@ -10,6 +10,7 @@
 pub mod adhoc;
 pub mod bounce;
 pub mod errors;
+pub mod iq;
 pub mod notify;
 pub mod parts;
 pub mod payloads;

@@ -4,8 +4,8 @@
 //! - `writer`: the writer thread: batches of write closures, one savepoint each, one COMMIT
 //!   (one fsync) per batch, then the change sink, then the answers.
 //! - `pool`: read connections and the snapshot transaction every read runs in.
-//! - `read` / `write`: the [`ReadTx`](crate::store::ReadTx) and
-//!   [`WriteTx`](crate::store::WriteTx) methods as SQL.
+//! - `read` / `write`: the [`ReadTx`](crate::feed::ports::ReadTx) and
+//!   [`WriteTx`](crate::feed::ports::WriteTx) methods as SQL.
 //! - `mcounts`: per-bucket counts that give rank and position in modified order.
 //! - `codec`: items to rows and back.
 //!
@@ -24,7 +24,7 @@ mod writer;
 mod tests;
 
 use crate::feed::FeedError;
-use crate::store::{ChangeSink, CommitObserver, ReadTx, Store, StoreError, StoreResult, WriteTx};
+use crate::feed::ports::{ChangeSink, CommitObserver, ReadTx, Store, StoreError, StoreResult, WriteTx};
 use pool::{Pool, snapshot};
 use rusqlite::Connection;
 use std::future::Future;

@@ -3,8 +3,8 @@
 
 use super::read::SqlTx;
 use super::*;
+use crate::feed::ports::{FeedRow, Scope, Subscription};
 use crate::feed::{Change, Filter, Item, Key, OrderBy, Payload};
-use crate::store::{FeedRow, Scope, Subscription};
 use proptest::prelude::*;
 use std::sync::Mutex as StdMutex;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 
 use super::read::SqlTx;
 use crate::feed::FeedError;
-use crate::store::{ChangeSink, CommitObserver, StoreError, WriteTx};
+use crate::feed::ports::{ChangeSink, CommitObserver, StoreError, WriteTx};
 use rusqlite::Connection;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
