@@ -6,7 +6,7 @@ use crate::component::{self, Inbound, LinkConfig, Outbound};
 use crate::config::Config;
 use crate::feed::Action;
 use crate::feed::service::{Service, system_clock};
-use crate::limiter::{Admission, Limiter};
+use crate::limiter::{Admission, DomainSlots, Limiter};
 use crate::metrics::Metrics;
 use crate::store::sqlite::SqliteStore;
 use crate::xmpp::errors::{resource_constraint, service_unavailable};
@@ -22,7 +22,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use xmpp_parsers::iq::Iq;
 use xmpp_parsers::message::{Message, MessageType};
 use xmpp_parsers::stanza::Stanza;
-use xmpp_parsers::stanza_error::{ErrorType, StanzaError};
+use xmpp_parsers::stanza_error::StanzaError;
 
 /// Requests served at once; more wait for a slot (the link keeps reading meanwhile).
 const MAX_IN_FLIGHT: u32 = 256;
@@ -37,6 +37,8 @@ struct Dispatcher {
     router: Router<SqliteStore>,
     metrics: Arc<Metrics>,
     limiter: Limiter,
+    /// Bounds one sender domain's share of `slots`.
+    domains: DomainSlots,
     notifier: Arc<Notifier<SqliteStore>>,
     /// Taken away at shutdown, so the link sees the queue close once in-flight work is done.
     out: Mutex<Option<mpsc::Sender<Reply>>>,
@@ -83,8 +85,7 @@ impl Dispatcher {
     fn on_message(self: &Arc<Self>, m: Message) {
         let (MessageType::Error, Some(from)) = (&m.type_, m.from.clone()) else { return };
         let error = m.payloads.iter().find(|p| p.name() == "error").and_then(|e| StanzaError::try_from(e.clone()).ok());
-        // cancel and auth errors will not go away by trying again; wait and modify may.
-        let permanent = error.as_ref().is_none_or(|e| matches!(e.type_, ErrorType::Cancel | ErrorType::Auth));
+        let permanent = crate::xmpp::bounce::is_permanent(error.as_ref());
         tracing::debug!(%from, ?error, "push bounced");
         let notifier = self.notifier.clone();
         tokio::spawn(async move { notifier.bounced(&from, permanent).await });
@@ -99,7 +100,9 @@ impl Dispatcher {
             return self.refuse(iq, out, service_unavailable("the service is shutting down"));
         }
         let sender = iq.from().map(|f| f.to_bare().to_string()).unwrap_or_default();
-        let wait = if self.router.service().may(&sender, Action::Unlimited, "").is_ok() {
+        let domain = iq.from().map(|f| f.domain().to_string()).unwrap_or_default();
+        let unlimited = self.router.service().may(&sender, Action::Unlimited, "").is_ok();
+        let wait = if unlimited {
             Duration::ZERO
         } else {
             match self.limiter.admit(&sender, std::time::Instant::now()) {
@@ -122,6 +125,7 @@ impl Dispatcher {
                     }
                 }
             }
+            let _domain_slot = if unlimited { None } else { Some(this.domains.acquire(&domain).await) };
             let Ok(_slot) = this.slots.clone().acquire_owned().await else { return };
             let started = std::time::Instant::now();
             if let Some(Served { kind, reply }) = this.router.handle_iq(iq).await {
@@ -197,6 +201,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             config.limits.request_burst,
             config.limits.request_backlog,
         ),
+        domains: DomainSlots::new(config.limits.requests_per_domain),
         metrics,
         notifier,
         out: Mutex::new(Some(out_tx)),

@@ -125,6 +125,10 @@ pub struct Limits {
     pub request_burst: f64,
     /// Requests one sender may have waiting for its rate; past that they are refused.
     pub request_backlog: f64,
+    /// Requests of one sender domain served at once; more wait for one of that domain's
+    /// slots. A server may send from any number of JIDs of its domain, so the per-JID rate
+    /// alone would let one domain take every request slot.
+    pub requests_per_domain: usize,
 }
 
 impl Default for Limits {
@@ -139,6 +143,7 @@ impl Default for Limits {
             requests_per_second: 200.0,
             request_burst: 400.0,
             request_backlog: 2000.0,
+            requests_per_domain: 128,
         }
     }
 }
@@ -236,6 +241,9 @@ impl Config {
         }
         if !(l.requests_per_second > 0.0 && l.request_burst >= 1.0 && l.request_backlog >= 0.0) {
             return bad("limits: need requests_per_second > 0, request_burst >= 1, request_backlog >= 0".into());
+        }
+        if l.requests_per_domain == 0 {
+            return bad("limits: requests_per_domain must be positive".into());
         }
         if let Some(addr) = self.metrics.listen
             && !addr.ip().is_loopback()
@@ -381,6 +389,7 @@ allowed = ["bob@x", "*@example.net"]
             (GOOD.replace("name = \"comments\"", "name = \"a?b\""), "valid feed name"),
             (GOOD.replace("access = \"whitelist\"", "default_order = \"up\""), "default_order"),
             (GOOD.replace("secret = \"s\"", "secret = \"\""), "secret"),
+            (GOOD.replace("[[feeds]]", "[limits]\nrequests_per_domain = 0\n[[feeds]]"), "requests_per_domain"),
         ];
         for (text, needle) in cases {
             let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err().to_string();

@@ -8,6 +8,7 @@
 //! the router answers with.
 
 pub mod adhoc;
+pub mod bounce;
 pub mod errors;
 pub mod iq;
 pub mod notify;

@@ -18,6 +18,7 @@ pub mod client;
 pub mod component;
 pub mod connection;
 pub mod ejabberd;
+pub mod federation;
 pub mod host;
 pub mod prosody;
 pub mod pubsub;
