@@ -115,18 +115,26 @@ impl Dispatcher {
         };
         let this = self.clone();
         tokio::spawn(async move {
-            if !wait.is_zero() {
-                let mut closing = this.closing_rx.clone();
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = closing.wait_for(|c| *c) => {
-                        this.refuse(iq, out, service_unavailable("the service is shutting down"));
-                        return;
-                    }
+            // Wait for the sender's rate, then for a slot of its domain and one of the
+            // service. A request still waiting when shutdown begins is answered at once:
+            // shutdown takes every free slot, so it would never get one.
+            let admitted = async {
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
                 }
-            }
-            let _domain_slot = if unlimited { None } else { Some(this.domains.acquire(&domain).await) };
-            let Ok(_slot) = this.slots.clone().acquire_owned().await else { return };
+                let domain_slot = if unlimited { None } else { Some(this.domains.acquire(&domain).await) };
+                Some((domain_slot, this.slots.clone().acquire_owned().await.ok()?))
+            };
+            let mut closing = this.closing_rx.clone();
+            let permits = tokio::select! {
+                biased;
+                permits = admitted => permits,
+                _ = closing.wait_for(|c| *c) => {
+                    this.refuse(iq, out, service_unavailable("the service is shutting down"));
+                    return;
+                }
+            };
+            let Some(_permits) = permits else { return };
             let started = std::time::Instant::now();
             if let Some(Served { kind, reply }) = this.router.handle_iq(iq).await {
                 let outcome = match reply.error() {
