@@ -59,6 +59,11 @@ const POOL_SIZE: usize = 16;
 const POOL_WAIT: Duration = Duration::from_secs(10);
 /// How long opening a connection may take, when the URL does not say.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Settings of every session. A feed's row lock is waited for at most `lock_timeout`: a
+/// write that waits longer (another process holds the feed in a transaction that does not
+/// end) fails as busy rather than stalling its whole batch. A session left idle inside a
+/// transaction (a process stopped mid-batch) is ended by the server, releasing its locks.
+const SESSION_OPTIONS: &str = "-c lock_timeout=10s -c idle_in_transaction_session_timeout=60s";
 /// Jobs waiting for the writer: a few full batches.
 const QUEUE: usize = 4 * writer::MAX_BATCH;
 
@@ -86,6 +91,9 @@ pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, String> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
+    // First, so that options given in the URL win.
+    let options = format!("{SESSION_OPTIONS} {}", config.get_options().unwrap_or(""));
+    config.options(options.trim_end());
     Ok(config)
 }
 

@@ -125,7 +125,8 @@ impl TempServer {
         let name = format!("db{}", DATABASES.fetch_add(1, Ordering::Relaxed));
         let (client, conn) = tokio_postgres::connect(&self.url("postgres"), NoTls).await.map_err(|e| e.to_string())?;
         let task = tokio::spawn(conn);
-        let made = client.batch_execute(&format!("CREATE DATABASE {name}")).await.map_err(|e| e.to_string());
+        let made = client.batch_execute(&format!("CREATE DATABASE {name}")).await;
+        let made = made.map_err(|e| super::StoreError::from(e).to_string());
         drop(client);
         let _ = task.await;
         made.map(|()| self.url(&name))
@@ -192,14 +193,16 @@ pub async fn fill_feed(url: &str, feed: &str, n: u64, base_ms: i64) -> Result<()
                  WHERE feed = {id} GROUP BY l, mseq >> (6 * l);
                  UPDATE feeds SET items = {n}, n_items = {n}, last_t = {base_ms} + {last} / 40, last_mseq = {n}
                  WHERE id = {id};
-                 COMMIT;
-                 VACUUM ANALYZE items;
-                 VACUUM ANALYZE mcounts;
-                 VACUUM ANALYZE feeds;"
+                 COMMIT;"
             ))
-            .await
+            .await?;
+        // One statement each: VACUUM cannot run in the implicit transaction of a batch.
+        for table in ["items", "item_categories", "mcounts", "feeds"] {
+            client.batch_execute(&format!("VACUUM ANALYZE {table}")).await?;
+        }
+        Ok(())
     };
-    let out = fill.await.map_err(|e| e.to_string());
+    let out = fill.await.map_err(|e: tokio_postgres::Error| super::StoreError::from(e).to_string());
     drop(client);
     let _ = task.await;
     out

@@ -211,3 +211,45 @@ fn dropped_connections_are_replaced() {
         assert_eq!(f.items, 2);
     });
 }
+
+/// Two instances each lock one feed and then want the other's: PostgreSQL breaks the
+/// deadlock by failing one statement. That closure alone is rolled back and its caller gets
+/// `Busy` (try again); the other write commits.
+#[test]
+fn a_deadlock_between_instances_fails_one_closure_as_busy() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let a = PostgresStore::connect(&url, None).await.unwrap();
+        let b = PostgresStore::connect(&url, None).await.unwrap();
+        a.write(|tx| Ok((tx.create_feed("f")?, tx.create_feed("g")?))).await.unwrap();
+        let (a_locked, a_waits) = std::sync::mpsc::channel::<()>();
+        let (b_locked, b_waits) = std::sync::mpsc::channel::<()>();
+        let cross = |store: &PostgresStore, first: &'static str, then: &'static str, locked, other| {
+            let store = store.clone();
+            let (locked, other): (std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>) = (locked, other);
+            tokio::spawn(async move {
+                store
+                    .write(move |tx| {
+                        let mut f = tx.feed_for_update(first)?.unwrap();
+                        let _ = locked.send(());
+                        let _ = other.recv();
+                        tx.feed_for_update(then)?;
+                        f.last_t += 1;
+                        Ok(tx.save_feed(&f)?)
+                    })
+                    .await
+            })
+        };
+        let one = cross(&a, "f", "g", a_locked, b_waits);
+        let two = cross(&b, "g", "f", b_locked, a_waits);
+        let outcomes = [one.await.unwrap(), two.await.unwrap()];
+        let busy = outcomes.iter().filter(|o| matches!(o, Err(FeedError::Store(StoreError::Busy(_))))).count();
+        let ok = outcomes.iter().filter(|o| o.is_ok()).count();
+        assert_eq!((busy, ok), (1, 1), "{outcomes:?}");
+        let (f, g) = a.read(|tx| Ok((tx.feed("f")?.unwrap(), tx.feed("g")?.unwrap()))).await.unwrap();
+        assert_eq!(f.last_t + g.last_t, 1, "only the surviving write is committed");
+        // Both writers carry on.
+        publish(&a, "x".into(), 5).await.unwrap();
+        publish(&b, "y".into(), 6).await.unwrap();
+    });
+}
