@@ -189,7 +189,7 @@ pub async fn fill_feed(url: &str, feed: &str, n: u64, base_ms: i64) -> Result<()
                             || i || '.</content></entry>', 'UTF8')
                  FROM generate_series(0::bigint, {last}) AS i;
                  INSERT INTO mcounts(feed, level, bucket, n)
-                 SELECT {id}, l, mseq >> (6 * l), COUNT(*) FROM items, generate_series(1::bigint, 4) AS l
+                 SELECT {id}, l, mseq >> (6 * l), COUNT(*) FROM items, generate_series(1, 4) AS l
                  WHERE feed = {id} GROUP BY l, mseq >> (6 * l);
                  UPDATE feeds SET items = {n}, n_items = {n}, last_t = {base_ms} + {last} / 40, last_mseq = {n}
                  WHERE id = {id};
