@@ -127,7 +127,17 @@ impl<S: Store> Subject<S> {
         self.read_ok(move |tx| Ok(tx.ties(at.scope(), t, upto_seq, limit)?)).await
     }
 
-    /// Everything a caller can see of feed `f`: its row, its items, its subscriptions.
+    /// Stores a subscription to the feed named `feed`.
+    async fn subscribe(&self, feed: &str, sub: Subscription) {
+        let feed = feed.to_string();
+        self.write_ok(move |tx| {
+            let row = tx.feed(&feed)?.expect("the feed exists");
+            Ok(tx.put_subscription(row.id, &sub)?)
+        })
+        .await
+    }
+
+    /// Everything a caller can see of a feed: every feed row, its items, its subscriptions.
     async fn everything(&self, feed: &str) -> (Vec<FeedRow>, Vec<Item>, Vec<Subscription>) {
         let feed = feed.to_string();
         self.read_ok(move |tx| {
@@ -423,8 +433,7 @@ async fn subscriptions_upsert_list_and_delete<S: Store>(open: Open<S>) {
     assert_eq!(s.read_ok(of("alice@x/phone")).await, Vec::<Subscription>::new(), "subscriptions_of takes a bare JID");
     // Same view and JID: replaced, not added.
     let s1b = sub("f?order=-created", "f?order=-created", "alice@x/phone", "9");
-    let put = s1b.clone();
-    s.write_ok(move |tx| Ok(tx.put_subscription(fid, &put)?)).await;
+    s.subscribe("f", s1b.clone()).await;
     assert_eq!(s.read_ok(count).await, 3);
     assert_eq!(s.read_ok(subscribers("f?order=-created")).await, [s1b, s3]);
     let delete = move |tx: &mut dyn WriteTx| Ok(tx.delete_subscription(fid, "f?order=modified", "alice@x")?);
@@ -433,8 +442,7 @@ async fn subscriptions_upsert_list_and_delete<S: Store>(open: Open<S>) {
     assert_eq!(s.read_ok(views(fid)).await, ["f?order=-created"]);
     assert_eq!(s.read_ok(views(gid)).await, ["g?order=-created"]);
     // All of one full JID's subscriptions, across feeds; other resources keep theirs.
-    let s5 = sub("g", "g?order=-created", "alice@x/phone", "5");
-    s.write_ok(move |tx| Ok(tx.put_subscription(gid, &s5)?)).await;
+    s.subscribe("g", sub("g", "g?order=-created", "alice@x/phone", "5")).await;
     let delete_all = |tx: &mut dyn WriteTx| Ok(tx.delete_subscriptions_of("alice@x/phone")?);
     assert_eq!(s.write_ok(delete_all).await, 2);
     assert_eq!(s.write_ok(delete_all).await, 0);
@@ -660,12 +668,7 @@ async fn a_failing_write_leaves_no_trace<S: Store>(open: Open<S>) {
     let (seen, sink) = recording();
     let s = open(Some(sink));
     s.write_ok(publishing("first", 10)).await;
-    let watch = sub("f", "f?order=modified", "alice@x/r", "1");
-    s.write_ok(move |tx| {
-        let f = tx.feed("f")?.unwrap();
-        Ok(tx.put_subscription(f.id, &watch)?)
-    })
-    .await;
+    s.subscribe("f", sub("f", "f?order=modified", "alice@x/r", "1")).await;
     let before = s.everything("f").await;
     let calls = seen.lock().unwrap().len();
     // The closure's own error, after writes of every kind.
@@ -707,12 +710,7 @@ async fn changes_reach_the_sink_in_commit_order_before_the_writer_is_answered<S:
     s.write_ok(publishing("i0", 10)).await;
     assert_eq!(ids_of(&seen), ["i0"]);
     let view = NodeName::parse("f").unwrap().resolve(Order::default()).canonical();
-    let watch = sub("f", &view, "alice@x/r", "1");
-    s.write_ok(move |tx| {
-        let f = tx.feed("f")?.unwrap();
-        Ok(tx.put_subscription(f.id, &watch)?)
-    })
-    .await;
+    s.subscribe("f", sub("f", &view, "alice@x/r", "1")).await;
     assert_eq!(seen.lock().unwrap().len(), 1, "a write that emits nothing does not call the sink");
     for i in 1..5 {
         let id = format!("i{i}");
