@@ -214,6 +214,7 @@ async fn feeds_are_created_listed_by_name_and_saved<S: Store>(open: Open<S>) {
     assert!(s.write(|tx| Ok(tx.create_feed("a")?)).await.is_err(), "names are unique");
     assert_eq!(s.feed_names(None, 10).await, ["a", "b", "m", "z"]);
     assert_eq!(s.feed_names(Some("b"), 2).await, ["m", "z"]);
+    assert_eq!(s.feed_names(Some("c"), 10).await, ["m", "z"], "after need not name a feed");
     assert_eq!(s.feed_names(Some("z"), 2).await, Vec::<String>::new());
     assert_eq!(s.feed_names(None, 0).await, Vec::<String>::new());
     let mut m = s.feed("m").await.unwrap();
@@ -326,6 +327,9 @@ async fn filters_restrict_scans_counts_ranks_positions_and_ties<S: Store>(open: 
         (filter(None, Some("x")), "abe"),
         (filter(Some("ann"), Some("x")), "ae"),
         (filter(Some("nobody"), None), ""),
+        // Terms and names match exactly, case included.
+        (filter(Some("Ann"), None), ""),
+        (filter(None, Some("X")), ""),
     ];
     for by in [OrderBy::Created, OrderBy::Modified] {
         for (filter, want) in &cases {
@@ -349,6 +353,7 @@ async fn filters_restrict_scans_counts_ranks_positions_and_ties<S: Store>(open: 
             let upto2: Vec<String> = at10.iter().filter(|i| *i != "c").cloned().collect();
             assert_eq!(s.ties(&at, 10, 2, 100).await, upto2, "{at:?}");
             assert_eq!(s.ties(&at, 10, 0, 100).await, Vec::<String>::new());
+            assert_eq!(s.ties(&at, 10, i64::MAX, 0).await, Vec::<String>::new());
             assert_eq!(s.ties(&at, 11, i64::MAX, 100).await, Vec::<String>::new());
         }
     }
@@ -446,6 +451,8 @@ async fn subscriptions_upsert_list_and_delete<S: Store>(open: Open<S>) {
     let delete_all = |tx: &mut dyn WriteTx| Ok(tx.delete_subscriptions_of("alice@x/phone")?);
     assert_eq!(s.write_ok(delete_all).await, 2);
     assert_eq!(s.write_ok(delete_all).await, 0);
+    let bare = |tx: &mut dyn WriteTx| Ok(tx.delete_subscriptions_of("alice@x")?);
+    assert_eq!(s.write_ok(bare).await, 0, "only subscriptions of exactly that JID go");
     assert_eq!(s.read_ok(of("alice@x")).await, [s4]);
     assert_eq!(s.read_ok(count).await, 1);
 }
