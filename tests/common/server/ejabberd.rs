@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use minidom::Element;
 
 use super::prosody::no_leftover;
-use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST};
+use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST, installed};
 use crate::common::process::{Process, descendants, send_signal};
 use crate::common::xml::{NS_CLIENT, error_condition, stanza_type};
 
@@ -46,7 +46,6 @@ pub const CTL_CONFIG_TEMPLATE: &str = include_str!("../../../ejabberd/ejabberdct
 /// Name resolution for the Erlang VM (`ERL_INETRC`): the hosts file first, `localhost` fixed.
 pub const INETRC: &str = "{lookup,[\"file\",\"native\"]}.\n{host,{127,0,0,1},[\"localhost\"]}.\n";
 
-const DEFAULT_CTL: &str = "/usr/sbin/ejabberdctl";
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Environment variables ejabberdctl would take over from the caller's environment.
 const CTL_ENV: [&str; 12] = [
@@ -156,15 +155,7 @@ impl Ejabberd {
 
 impl Server for Ejabberd {
     fn new(data: &Path) -> Result<Self, String> {
-        let ctl =
-            std::env::var_os("SMARTFEEDS_EJABBERDCTL").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_CTL));
-        if !ctl.exists() {
-            return Err(format!(
-                "ejabberd is not installed ({} is missing): install the Debian package with \
-                 `apt-get install ejabberd` (or set SMARTFEEDS_EJABBERDCTL)",
-                ctl.display()
-            ));
-        }
+        let ctl = installed("SMARTFEEDS_EJABBERDCTL", "/usr/sbin/ejabberdctl", "ejabberd", "ejabberd")?;
         let data_str = data.to_str().ok_or("temporary directory path is not UTF-8")?;
         if !data_str.chars().all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c)) {
             return Err(format!("temporary directory path {data_str:?} cannot go unquoted in ejabberdctl.cfg"));

@@ -51,6 +51,20 @@ pub const DEMO_USERS: [&str; 4] = ["admin", "bot", "alice", "bob"];
 /// The password of the demo users.
 pub const DEMO_PASSWORD: &str = "password";
 
+/// The server's program: the path in the environment variable `env`, else `default`. If
+/// it is missing, the error names the Debian package that installs it.
+pub fn installed(env: &str, default: &str, server: &str, package: &str) -> Result<std::path::PathBuf, String> {
+    let path = std::env::var_os(env).map_or_else(|| default.into(), std::path::PathBuf::from);
+    if path.exists() {
+        return Ok(path);
+    }
+    Err(format!(
+        "{server} is not installed ({} is missing): install the Debian package with `apt-get install {package}` \
+         (or set {env})",
+        path.display()
+    ))
+}
+
 /// What [`TestServer`] gives a server's hooks: its directory, its ports and its secret.
 pub struct Setup {
     /// The temporary directory: generated config, logs, data.

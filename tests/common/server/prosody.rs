@@ -21,15 +21,13 @@ use std::process::Command;
 
 use minidom::Element;
 
-use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST};
+use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST, installed};
 use crate::common::xml::{NS_CLIENT, error_condition, stanza_type};
 
 /// The configuration template, `prosody/prosody.cfg.lua`.
 pub const CONFIG_TEMPLATE: &str = include_str!("../../../prosody/prosody.cfg.lua");
 /// Prosody's namespace for "the component is not connected".
 pub const COMPONENT_NS: &str = "xmpp:prosody.im/protocol/component";
-
-const DEFAULT_BIN: &str = "/usr/bin/prosody";
 
 /// Prosody 0.12; see the module docs.
 pub struct Prosody {
@@ -38,15 +36,7 @@ pub struct Prosody {
 
 impl Server for Prosody {
     fn new(data: &Path) -> Result<Self, String> {
-        let bin =
-            std::env::var_os("SMARTFEEDS_PROSODY_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_BIN));
-        if !bin.exists() {
-            return Err(format!(
-                "Prosody is not installed ({} is missing): install the Debian package with \
-                 `apt-get install prosody` (or set SMARTFEEDS_PROSODY_BIN)",
-                bin.display()
-            ));
-        }
+        let bin = installed("SMARTFEEDS_PROSODY_BIN", "/usr/bin/prosody", "Prosody", "prosody")?;
         let data_str = data.to_str().ok_or("temporary directory path is not UTF-8")?;
         if data_str.contains(['"', '\\', '\n']) {
             return Err(format!("temporary directory path {data_str:?} cannot go in a Lua string"));
