@@ -7,7 +7,7 @@
 --   @SECRET@          shared secret of the feeds.localhost and bench.localhost components
 --                     (demo: "secret")
 --   @LOG_LEVEL@       minimum log level: debug, info, warn or error (demo: info)
--- prosody/start.sh fills them in for the demo; tests/common/prosody.rs does the same for
+-- prosody/start.sh fills them in for the demo; tests/common/server/prosody.rs does the same for
 -- every test (free ports, temporary directory). Keep both in step with this file.
 --
 -- Everything listens on 127.0.0.1 only, without TLS: never expose this setup.
