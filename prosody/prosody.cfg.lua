@@ -32,8 +32,11 @@ modules_enabled = {
 	"disco";     -- service discovery; lists the components as disco items of localhost
 	"ping";      -- XEP-0199 replies
 	"posix";     -- pid file, run_as_root, signals
+	"dialback";  -- server-to-server authentication (XEP-0220); disabled below with s2s
 }
 -- No server-to-server: nothing listens on 5269, so several instances can run side by side.
+-- (The federation test, tests/common/federation.rs, puts its s2s settings in place of
+-- these lines.)
 modules_disabled = { "s2s"; "s2s_auth_certs"; "dialback"; "tls" }
 s2s_ports = {}
 

@@ -248,6 +248,11 @@ pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
     listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
+/// One free loopback port (for a listener of a test's own, such as smartfeeds' metrics).
+pub fn free_port() -> u16 {
+    free_ports(1).expect("a free port")[0]
+}
+
 /// Whether something accepts connections on `127.0.0.1:port`.
 pub fn port_open(port: u16) -> bool {
     TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok()

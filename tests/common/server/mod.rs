@@ -101,6 +101,12 @@ pub trait Server: Send + Sync + 'static {
         self.kind().name()
     }
 
+    /// The virtual host its users live on: [`VHOST`] (the other server of a federation
+    /// test has a domain of its own).
+    fn vhost(&self) -> &'static str {
+        VHOST
+    }
+
     /// Starts a fresh instance: free ports, new temporary directory, the demo users.
     /// Panics with the server's log tail if it does not come up.
     fn start() -> TestServer<Self>
@@ -148,6 +154,12 @@ pub trait Server: Send + Sync + 'static {
     /// The line of the log and output written since the start that says a port was taken
     /// between picking it and binding it (then fresh ports are tried).
     fn port_taken<'a>(&self, text: &'a str) -> Option<&'a str>;
+
+    /// Why the server, by the log and output written since the start, will not work as
+    /// configured (then the start fails at once with this reason); `None` by default.
+    fn start_failure(&self, _text: &str) -> Option<String> {
+        None
+    }
 
     /// Whether the log and output written since the start say the server is ready.
     fn says_ready(&self, text: &str, setup: &Setup) -> bool;

@@ -12,8 +12,12 @@
 //! save that time.
 //!
 //! Environment: `SMARTFEEDS_PROSODY_BIN` (default `/usr/bin/prosody`),
-//! `SMARTFEEDS_PROSODY_LOG_LEVEL` (`debug` or `info`; default `info`),
+//! `SMARTFEEDS_PROSODY_LOG_LEVEL` (`debug` or `info`; default `info`, always `debug` for a
+//! federated one),
 //! `SMARTFEEDS_KEEP_PROSODY=1` keeps the temporary directory and prints where it is.
+//!
+//! [`Prosody::federated`] is the same server with server-to-server on: one of the two of a
+//! federation test, with the settings of [`S2s`] (`tests/common/federation.rs`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -22,6 +26,7 @@ use std::process::Command;
 use minidom::Element;
 
 use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST, installed};
+use crate::common::federation::S2s;
 use crate::common::xml::{NS_CLIENT, error_condition, stanza_type};
 
 /// The configuration template, `prosody/prosody.cfg.lua`.
@@ -32,6 +37,20 @@ pub const COMPONENT_NS: &str = "xmpp:prosody.im/protocol/component";
 /// Prosody 0.12; see the module docs.
 pub struct Prosody {
     bin: PathBuf,
+    /// Server-to-server, for a federation test; none by default.
+    s2s: Option<S2s>,
+}
+
+impl Prosody {
+    /// A Prosody of a federation test, for [`TestServer::start_with`](super::TestServer::start_with).
+    pub fn federated(data: &Path, s2s: S2s) -> Result<Prosody, String> {
+        Ok(Prosody { s2s: Some(s2s), ..Prosody::new(data)? })
+    }
+
+    /// Whether it carries the template's hosts and components (`feeds.localhost`, …).
+    fn carries_components(&self) -> bool {
+        self.vhost() == VHOST
+    }
 }
 
 impl Server for Prosody {
@@ -42,20 +61,28 @@ impl Server for Prosody {
             return Err(format!("temporary directory path {data_str:?} cannot go in a Lua string"));
         }
         fs::create_dir_all(data.join("certs")).map_err(|e| e.to_string())?;
-        Ok(Prosody { bin })
+        Ok(Prosody { bin, s2s: None })
     }
 
     fn kind(&self) -> Kind {
         Kind::Prosody
     }
 
+    fn vhost(&self) -> &'static str {
+        self.s2s.as_ref().map_or(VHOST, |s2s| s2s.vhost)
+    }
+
     fn write_config(&mut self, setup: &Setup) -> Result<(), String> {
         let level = match std::env::var("SMARTFEEDS_PROSODY_LOG_LEVEL").as_deref() {
             Ok("debug") => "debug",
-            _ => "info", // readiness detection needs the info lines
+            _ if self.s2s.is_some() => "debug", // a federated one's readiness needs unbound's debug line
+            _ => "info",                        // readiness detection needs the info lines
         };
         let data = setup.data.to_str().expect("checked UTF-8");
-        let config = render_config(setup.c2s_port(), setup.component_port(), data, &setup.secret, level)?;
+        let mut config = render_config(setup.c2s_port(), setup.component_port(), data, &setup.secret, level)?;
+        if let Some(s2s) = &self.s2s {
+            config = s2s.configure(config, &setup.data)?;
+        }
         fs::write(config_path(&setup.data), config).map_err(|e| format!("cannot write the Prosody config: {e}"))
     }
 
@@ -73,14 +100,25 @@ impl Server for Prosody {
         text.lines().find(|l| l.contains("Failed to open server port"))
     }
 
+    fn start_failure(&self, text: &str) -> Option<String> {
+        self.s2s.as_ref().and_then(|s2s| s2s.start_failure(text))
+    }
+
     fn says_ready(&self, text: &str, setup: &Setup) -> bool {
         let c2s = format!("Activated service 'c2s' on [127.0.0.1]:{}", setup.c2s_port());
         let component = format!("Activated service 'component' on [127.0.0.1]:{}", setup.component_port());
-        text.contains(&c2s) && text.contains(&component)
+        text.contains(&c2s)
+            && (!self.carries_components() || text.contains(&component))
+            && self.s2s.as_ref().is_none_or(|s2s| s2s.says_ready(text))
+    }
+
+    /// The component port only where there are components (the template's hosts).
+    fn ready_ports(&self, setup: &Setup) -> Vec<u16> {
+        if self.carries_components() { vec![setup.c2s_port(), setup.component_port()] } else { vec![setup.c2s_port()] }
     }
 
     fn store_account(&self, setup: &Setup, _running: bool, name: &str, password: &str) -> Result<(), String> {
-        let dir = setup.data.join(encode_path(VHOST)).join("accounts");
+        let dir = setup.data.join(encode_path(self.vhost())).join("accounts");
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let file = dir.join(format!("{}.dat", encode_path(name)));
         let tmp = dir.join(format!(".{}.tmp", encode_path(name)));
@@ -90,7 +128,8 @@ impl Server for Prosody {
 
     /// Removes the account's file, as `prosodyctl deluser` would; a session it has stays up.
     fn remove_account(&self, setup: &Setup, _running: bool, name: &str) -> Result<(), String> {
-        let file = setup.data.join(encode_path(VHOST)).join("accounts").join(format!("{}.dat", encode_path(name)));
+        let file =
+            setup.data.join(encode_path(self.vhost())).join("accounts").join(format!("{}.dat", encode_path(name)));
         match fs::remove_file(&file) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("{}: {e}", file.display())),
             _ => Ok(()),
@@ -99,6 +138,10 @@ impl Server for Prosody {
 
     fn stop_complete(&self, log: &str) -> bool {
         log.contains("Shutdown complete")
+    }
+
+    fn describe(&self) -> String {
+        self.s2s.as_ref().map_or_else(String::new, |s2s| format!("{} with s2s on {}, ", s2s.vhost, s2s.addr))
     }
 
     /// Prosody 0.12 knows the component and answers `remote-server-timeout`.

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{COMPONENT_DOMAIN, DEMO_PASSWORD, DEMO_USERS, Server, Setup, VHOST};
+use super::{COMPONENT_DOMAIN, DEMO_PASSWORD, DEMO_USERS, Server, Setup};
 use crate::common::client::Client;
 use crate::common::component::Component;
 use crate::common::logs::{self, WorkDir};
@@ -58,9 +58,20 @@ impl<S: Server> TestServer<S> {
 
     /// Like [`start`](Self::start), returning the reason instead of panicking.
     pub fn try_start() -> Result<Self, String> {
+        Self::try_start_with(S::new)
+    }
+
+    /// Like [`start`](Self::start) with the server `make` returns for the fresh directory
+    /// instead of [`Server::new`]'s (a server with settings of its own).
+    pub fn start_with(make: impl FnOnce(&Path) -> Result<S, String>) -> Self {
+        Self::try_start_with(make).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`start_with`](Self::start_with), returning the reason instead of panicking.
+    pub fn try_start_with(make: impl FnOnce(&Path) -> Result<S, String>) -> Result<Self, String> {
         let dir = WorkDir::new("smartfeeds-xmpp-")?;
         let data = dir.path().to_path_buf();
-        let server = S::new(&data)?;
+        let server = make(&data)?;
         let n = INSTANCE_COUNTER.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let secret = format!("secret-{}-{n}-{nanos:x}", std::process::id());
@@ -121,9 +132,9 @@ impl<S: Server + ?Sized> TestServer<S> {
         COMPONENT_DOMAIN
     }
 
-    /// The virtual host, `localhost`.
+    /// The virtual host, `localhost` (see [`Server::vhost`]).
     pub fn vhost(&self) -> &'static str {
-        VHOST
+        self.server.vhost()
     }
 
     /// The component secret (unique per instance).
@@ -160,12 +171,13 @@ impl<S: Server + ?Sized> TestServer<S> {
         self.process.as_mut().is_some_and(Process::is_running)
     }
 
-    /// Creates (or resets the password of) `name@localhost`; works while the server runs
-    /// (on ejabberd, while it is stopped the account is created at the next start).
+    /// Creates (or resets the password of) `name@localhost` (the [`vhost`](Self::vhost));
+    /// works while the server runs (on ejabberd, while it is stopped the account is created
+    /// at the next start).
     pub fn create_user(&self, name: &str, password: &str) {
         let running = self.process.is_some();
         if let Err(e) = self.server.store_account(&self.setup, running, name, password) {
-            panic!("cannot create {name}@{VHOST} on {}: {e}", self.name());
+            panic!("cannot create {name}@{} on {}: {e}", self.vhost(), self.name());
         }
         self.passwords.lock().unwrap().insert(name.to_string(), password.to_string());
     }
@@ -175,7 +187,7 @@ impl<S: Server + ?Sized> TestServer<S> {
     pub fn delete_user(&self, name: &str) {
         let running = self.process.is_some();
         if let Err(e) = self.server.remove_account(&self.setup, running, name) {
-            panic!("cannot delete {name}@{VHOST} on {}: {e}", self.name());
+            panic!("cannot delete {name}@{} on {}: {e}", self.vhost(), self.name());
         }
         self.passwords.lock().unwrap().remove(name);
     }
@@ -190,7 +202,7 @@ impl<S: Server + ?Sized> TestServer<S> {
     /// Logs a known user in: `server.login("alice").await` (the future borrows neither the
     /// server nor the name, for `join_all` over many logins).
     pub fn login(&self, name: &str) -> impl Future<Output = Client> + Send + use<S> {
-        let (port, jid, password) = (self.c2s_port(), format!("{name}@{VHOST}"), self.password(name));
+        let (port, jid, password) = (self.c2s_port(), format!("{name}@{}", self.vhost()), self.password(name));
         async move { Client::connect(port, &jid, &password).await }
     }
 
@@ -298,6 +310,9 @@ impl<S: Server + ?Sized> TestServer<S> {
             let text = logs::read_from(log, log_offset) + &logs::read_from(out, out_offset);
             if let Some(line) = self.server.port_taken(&text) {
                 return Err(StartError::PortTaken(line.to_string()));
+            }
+            if let Some(reason) = self.server.start_failure(&text) {
+                return Err(StartError::Other(reason));
             }
             if let Some(status) = exited {
                 return Err(StartError::Other(format!("{} exited during startup with {status}", self.name())));
