@@ -7,7 +7,7 @@
 --   @SECRET@          shared secret of the feeds.localhost and bench.localhost components
 --                     (demo: "secret")
 --   @LOG_LEVEL@       minimum log level: debug, info, warn or error (demo: info)
--- prosody/start.sh fills them in for the demo; tests/common/prosody.rs does the same for
+-- prosody/start.sh fills them in for the demo; tests/common/server/prosody.rs does the same for
 -- every test (free ports, temporary directory). Keep both in step with this file.
 --
 -- Everything listens on 127.0.0.1 only, without TLS: never expose this setup.
@@ -32,8 +32,11 @@ modules_enabled = {
 	"disco";     -- service discovery; lists the components as disco items of localhost
 	"ping";      -- XEP-0199 replies
 	"posix";     -- pid file, run_as_root, signals
+	"dialback";  -- server-to-server authentication (XEP-0220); disabled below with s2s
 }
 -- No server-to-server: nothing listens on 5269, so several instances can run side by side.
+-- (The federation test, tests/common/federation.rs, puts its s2s settings in place of
+-- these lines.)
 modules_disabled = { "s2s"; "s2s_auth_certs"; "dialback"; "tls" }
 s2s_ports = {}
 

@@ -2,7 +2,7 @@
 # Runs the whole test suite: unit and property tests, and the end-to-end tests that start
 # private XMPP servers on free loopback ports — first everything against Prosody 0.12, then
 # the end-to-end tests (tests/e2e_*.rs) again against ejabberd 23.01
-# (SMARTFEEDS_TEST_SERVER=ejabberd; see tests/common/host.rs). Installs Prosody and ejabberd
+# (SMARTFEEDS_TEST_SERVER=ejabberd; see tests/common/server/select.rs). Installs Prosody and ejabberd
 # (Debian packages) if they are missing. Exits non-zero if either run fails; both always run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
