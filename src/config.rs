@@ -284,10 +284,6 @@ impl Config {
         Ok(())
     }
 
-    /// The configured feed with this name.
-    pub fn feed(&self, name: &str) -> Option<&FeedConfig> {
-        self.feeds.iter().find(|f| f.name == name)
-    }
 }
 
 impl Config {
