@@ -45,15 +45,15 @@ impl FeedQuery {
     pub fn parse(raw: Option<&str>, allowed: &[&str]) -> Result<FeedQuery, ApiError> {
         let mut q = FeedQuery::default();
         let Some(raw) = raw.filter(|r| !r.is_empty()) else { return Ok(q) };
+        if raw.split('&').nth(MAX_PARAMS).is_some() {
+            return Err(ApiError::bad_request(format!("more than {MAX_PARAMS} parameters")));
+        }
         if raw.len() > MAX_QUERY {
             return Err(ApiError::new(
                 axum::http::StatusCode::URI_TOO_LONG,
                 "bad-request",
                 format!("the query string is longer than {MAX_QUERY} bytes"),
             ));
-        }
-        if raw.split('&').nth(MAX_PARAMS).is_some() {
-            return Err(ApiError::bad_request(format!("more than {MAX_PARAMS} parameters")));
         }
         let mut seen: Vec<String> = Vec::new();
         for pair in raw.split('&') {
