@@ -79,6 +79,10 @@ publishers = ["bot@localhost"]
 [[feeds]]
 name = "cross"
 publishers = ["bot@localhost"]
+[[feeds]]
+name = "page"
+title = "The page feed"
+publishers = ["bot@localhost"]
 "#
         );
         let feeds = Smartfeeds::start(&host, &tables);
@@ -601,4 +605,62 @@ async fn a_publish_over_http_is_pushed_over_xmpp_and_the_other_way_round() {
     assert!(push.is_retract() && push.item_id() == id);
     alice.close().await;
     bot.close().await;
+}
+
+/// The page in a real browser: headless Chromium loads it; the test reads what the page
+/// shows through Chromium's DevTools HTTP endpoint (the page names its tab after the newest
+/// item it shows), then publishes and waits for the new item to appear, brought by the
+/// event stream.
+#[tokio::test]
+async fn the_page_shows_a_new_item_live_in_a_real_browser() {
+    shared();
+    put("page", "before", &entry("urn:before", "Published before the page loaded", None, &[]), BOT).await;
+    let chromium = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| std::process::Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
+        .expect("chromium is installed (Debian package chromium; .ci/run installs it)");
+    let profile = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let browser = std::process::Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--remote-debugging-port={port}"))
+        .arg(url("/?feed=page"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("chromium starts");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _browser = Kill(browser);
+    // What the browser shows: the titles of its pages.
+    let shown = |want: &'static str| async move {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            if let Ok(res) = http().get(format!("http://127.0.0.1:{port}/json/list")).send().await
+                && let Ok(list) = res.json::<Value>().await
+            {
+                last = list.to_string();
+                if list
+                    .as_array()
+                    .is_some_and(|pages| pages.iter().any(|p| p["title"].as_str().is_some_and(|t| t.contains(want))))
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("the page never showed {want:?}; the browser's pages: {last}");
+    };
+    shown("Published before the page loaded").await;
+    // The stream is open once the first items are shown; give it a moment to connect.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    put("page", "live", &entry("urn:live", "Arrived while watching", Some("ann"), &[]), BOT).await;
+    shown("Arrived while watching").await;
 }

@@ -22,7 +22,8 @@ fn check(http: &str) -> (Option<i32>, String) {
 
 #[test]
 fn check_config_validates_the_http_table() {
-    let good = "[http]\nlisten = \"127.0.0.1:8080\"\n[[http.tokens]]\njid = \"bot@localhost\"\ntoken = \"0123456789abcdef\"\n";
+    let good =
+        "[http]\nlisten = \"127.0.0.1:8080\"\n[[http.tokens]]\njid = \"bot@localhost\"\ntoken = \"0123456789abcdef\"\n";
     assert_eq!(check(good).0, Some(0), "{}", check(good).1);
     for (http, needle) in [
         ("[http]\nlisten = \"nowhere:80\"\n", "listen"),
