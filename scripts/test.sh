@@ -12,6 +12,7 @@ command -v prosody >/dev/null 2>&1 || [ -x /usr/bin/prosody ] || missing+=(proso
 command -v ejabberdctl >/dev/null 2>&1 || [ -x /usr/sbin/ejabberdctl ] || missing+=(ejabberd)
 # Prosody resolves s2s peers with libunbound; the federation test needs it (not the machine's resolver).
 dpkg -s lua-unbound >/dev/null 2>&1 || missing+=(lua-unbound)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium) # the HTTP page's browser test
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "installing ${missing[*]} (Debian packages)..." >&2
 	if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
