@@ -447,7 +447,8 @@ pub fn render_config(
         .replace("@COMPONENT_PORT@", &component_port.to_string())
         .replace("@DATA@", data)
         .replace("@SECRET@", secret)
-        .replace("@LOG_LEVEL@", log_level);
+        .replace("@LOG_LEVEL@", log_level)
+        .replace("@PLUGIN_DIR@", concat!(env!("CARGO_MANIFEST_DIR"), "/prosody"));
     match leftover_placeholder(&config) {
         Some(p) => Err(format!("prosody/prosody.cfg.lua has a placeholder the harness does not fill: {p}")),
         None => Ok(config),
