@@ -60,6 +60,12 @@ impl PushBody {
         let xml = to_xml(&Xso(event))? + &to_xml(&Xso(headers))?;
         Ok(PushBody { from, xml })
     }
+
+    /// `<event/><headers/>` as written into every copy (a multicast message carries it
+    /// once for all its recipients).
+    pub fn xml(&self) -> &str {
+        &self.xml
+    }
 }
 
 /// One copy of a push: the shared body, sent to `to` with stanza id `id`.
