@@ -8,9 +8,8 @@
 //! Every write is a real `Store::write` of one new item plus the feed's counters, answered
 //! only once its transaction is fsynced (`synchronous=FULL`, WAL), as in production.
 
-use smartfeeds::feed::{FeedError, Item, Key, Payload};
+use smartfeeds::feed::{Entry, FeedError, Order, Store, WriteTx};
 use smartfeeds::store::sqlite::SqliteStore;
-use smartfeeds::store::{Store, WriteTx};
 use std::time::{Duration, Instant};
 
 const FEED: &str = "bench";
@@ -30,23 +29,17 @@ fn insert(tx: &mut dyn WriteTx, id: String, now: i64) -> Result<(), FeedError> {
         Some(f) => f,
         None => tx.create_feed(FEED)?,
     };
-    feed.last_t = feed.last_t.max(now);
-    feed.last_mseq += 1;
-    feed.items += 1;
-    let item = Item {
-        id: id.clone(),
-        created: Key { t: feed.last_t, seq: feed.items as i64 },
-        modified: Key { t: feed.last_t, seq: feed.last_mseq },
-        author: Some("bench".into()),
-        categories: vec!["a".into(), "b".into()],
-        atom_id: Some(format!("urn:{id}")),
-        payload: Payload::Entry(format!(
+    let entry = Entry {
+        xml: format!(
             "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:{id}</id><title>{}</title></entry>",
             "x".repeat(400)
-        )),
+        ),
+        atom_id: Some(format!("urn:{id}")),
+        author: Some("bench".into()),
+        categories: vec!["a".into(), "b".into()],
     };
-    tx.insert_item(feed.id, &item)?;
-    Ok(tx.save_feed(&feed)?)
+    tx.publish(&mut feed, id, entry, now, Order::default())?;
+    Ok(())
 }
 
 async fn run(writers: usize, length: Duration) -> Row {

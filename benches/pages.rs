@@ -31,7 +31,7 @@ fn service(rt: &tokio::runtime::Runtime) -> Service<SqliteStore> {
         "admins = [\"{ADMIN}\"]\n[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\n[[feeds]]\nname = \"big\"\n"
     ))
     .unwrap();
-    let svc = Service::new(SqliteStore::open(&path, None).unwrap(), Arc::new(config), system_clock());
+    let svc = Service::new(SqliteStore::open(&path, None).unwrap(), Arc::new(config.policy()), system_clock());
     rt.block_on(async {
         svc.init().await.unwrap();
         let have = svc.pull(ADMIN, PullRequest { node: "big".into(), max: Some(0), ..Default::default() }).await.unwrap().count;

@@ -9,7 +9,7 @@
 --   @LOG_LEVEL@       minimum log level: debug, info, warn or error (demo: info)
 --   @PLUGIN_DIR@      absolute path of this directory (prosody/), where our own module
 --                     mod_component_multicast.lua lives
--- prosody/start.sh fills them in for the demo; tests/common/prosody.rs does the same for
+-- prosody/start.sh fills them in for the demo; tests/common/server/prosody.rs does the same for
 -- every test (free ports, temporary directory). Keep both in step with this file.
 --
 -- Everything listens on 127.0.0.1 only, without TLS: never expose this setup.
@@ -37,8 +37,11 @@ modules_enabled = {
 	"disco";     -- service discovery; lists the components as disco items of localhost
 	"ping";      -- XEP-0199 replies
 	"posix";     -- pid file, run_as_root, signals
+	"dialback";  -- server-to-server authentication (XEP-0220); disabled below with s2s
 }
 -- No server-to-server: nothing listens on 5269, so several instances can run side by side.
+-- (The federation test, tests/common/federation.rs, puts its s2s settings in place of
+-- these lines.)
 modules_disabled = { "s2s"; "s2s_auth_certs"; "dialback"; "tls" }
 s2s_ports = {}
 

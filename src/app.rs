@@ -4,14 +4,15 @@
 
 use crate::component::{self, Inbound, LinkConfig, Outbound};
 use crate::config::Config;
+use crate::feed::Action;
 use crate::feed::service::{Service, system_clock};
-use crate::limiter::{Admission, Limiter};
+use crate::limiter::{Admission, DomainSlots, Limiter};
 use crate::metrics::Metrics;
 use crate::store::sqlite::SqliteStore;
 use crate::xmpp::errors::{resource_constraint, service_unavailable};
 use crate::xmpp::notify::{Notifier, change_sink};
 use crate::xmpp::reply::Reply;
-use crate::xmpp::router::{Router, request_kind};
+use crate::xmpp::router::{Router, Served};
 use anyhow::Context;
 use jid::Jid;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +22,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use xmpp_parsers::iq::Iq;
 use xmpp_parsers::message::{Message, MessageType};
 use xmpp_parsers::stanza::Stanza;
-use xmpp_parsers::stanza_error::{ErrorType, StanzaError};
+use xmpp_parsers::stanza_error::StanzaError;
 
 /// Requests served at once; more wait for a slot (the link keeps reading meanwhile).
 const MAX_IN_FLIGHT: u32 = 256;
@@ -36,7 +37,8 @@ struct Dispatcher {
     router: Router<SqliteStore>,
     metrics: Arc<Metrics>,
     limiter: Limiter,
-    admins: Vec<String>,
+    /// Bounds one sender domain's share of `slots`.
+    domains: DomainSlots,
     notifier: Arc<Notifier<SqliteStore>>,
     /// Taken away at shutdown, so the link sees the queue close once in-flight work is done.
     out: Mutex<Option<mpsc::Sender<Reply>>>,
@@ -83,8 +85,7 @@ impl Dispatcher {
     fn on_message(self: &Arc<Self>, m: Message) {
         let (MessageType::Error, Some(from)) = (&m.type_, m.from.clone()) else { return };
         let error = m.payloads.iter().find(|p| p.name() == "error").and_then(|e| StanzaError::try_from(e.clone()).ok());
-        // cancel and auth errors will not go away by trying again; wait and modify may.
-        let permanent = error.as_ref().is_none_or(|e| matches!(e.type_, ErrorType::Cancel | ErrorType::Auth));
+        let permanent = crate::xmpp::bounce::is_permanent(error.as_ref());
         tracing::debug!(%from, ?error, "push bounced");
         let notifier = self.notifier.clone();
         tokio::spawn(async move { notifier.bounced(&from, permanent).await });
@@ -99,7 +100,9 @@ impl Dispatcher {
             return self.refuse(iq, out, service_unavailable("the service is shutting down"));
         }
         let sender = iq.from().map(|f| f.to_bare().to_string()).unwrap_or_default();
-        let wait = if self.admins.contains(&sender) {
+        let domain = iq.from().map(|f| f.domain().to_string()).unwrap_or_default();
+        let unlimited = self.router.service().may(&sender, Action::Unlimited, "").is_ok();
+        let wait = if unlimited {
             Duration::ZERO
         } else {
             match self.limiter.admit(&sender, std::time::Instant::now()) {
@@ -112,19 +115,28 @@ impl Dispatcher {
         };
         let this = self.clone();
         tokio::spawn(async move {
-            if !wait.is_zero() {
-                let mut closing = this.closing_rx.clone();
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = closing.wait_for(|c| *c) => {
-                        this.refuse(iq, out, service_unavailable("the service is shutting down"));
-                        return;
-                    }
+            // Wait for the sender's rate, then for a slot of its domain and one of the
+            // service. A request still waiting when shutdown begins is answered at once:
+            // shutdown takes every free slot, so it would never get one.
+            let admitted = async {
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
                 }
-            }
-            let Ok(_slot) = this.slots.clone().acquire_owned().await else { return };
-            let (kind, started) = (request_kind(&iq), std::time::Instant::now());
-            if let Some(reply) = this.router.handle_iq(iq).await {
+                let domain_slot = if unlimited { None } else { Some(this.domains.acquire(&domain).await) };
+                Some((domain_slot, this.slots.clone().acquire_owned().await.ok()?))
+            };
+            let mut closing = this.closing_rx.clone();
+            let permits = tokio::select! {
+                biased;
+                permits = admitted => permits,
+                _ = closing.wait_for(|c| *c) => {
+                    this.refuse(iq, out, service_unavailable("the service is shutting down"));
+                    return;
+                }
+            };
+            let Some(_permits) = permits else { return };
+            let started = std::time::Instant::now();
+            if let Some(Served { kind, reply }) = this.router.handle_iq(iq).await {
                 let outcome = match reply.error() {
                     Some(error) => minidom::Element::from(error.defined_condition.clone()).name().to_string(),
                     None => "ok".to_string(),
@@ -159,12 +171,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (change_tx, change_rx) = mpsc::channel(config.push.backlog);
     let weak_changes = change_tx.downgrade();
     let m = metrics.clone();
-    let observer: crate::store::CommitObserver = Box::new(move |batch, took| m.commit(batch, took));
-    let store =
-        SqliteStore::open_observed(&config.store.path, Some(change_sink(change_tx, metrics.clone())), Some(observer))
-            .with_context(|| format!("opening the store {}", config.store.path.display()))?;
-    let notifier = Arc::new(Notifier::new(store.clone(), me.clone(), config.push.bounce_limit, metrics.clone()));
-    let svc = Service::new(store, config.clone(), system_clock());
+    let observer: crate::feed::ports::CommitObserver = Box::new(move |batch, took| m.commit(batch, took));
+    let sink = change_sink(change_tx, metrics.clone());
+    let path = config.store.path.clone();
+    // Opening may migrate a large database: never on an async worker.
+    let store = tokio::task::spawn_blocking(move || SqliteStore::open_observed(&path, Some(sink), Some(observer)))
+        .await
+        .context("opening the store")?
+        .with_context(|| format!("opening the store {}", config.store.path.display()))?;
+    let svc = Service::new(store, Arc::new(config.policy()), system_clock());
+    let notifier = Arc::new(Notifier::new(svc.clone(), me.clone(), metrics.clone()));
     svc.init().await.context("creating the configured feeds")?;
     tracing::info!(db = %config.store.path.display(), feeds = config.feeds.len(), "store ready");
 
@@ -193,7 +209,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             config.limits.request_burst,
             config.limits.request_backlog,
         ),
-        admins: config.admins.clone(),
+        domains: DomainSlots::new(config.limits.requests_per_domain),
         metrics,
         notifier,
         out: Mutex::new(Some(out_tx)),

@@ -2,6 +2,7 @@
 //! unnoticed), then validated into values the rest of the program can trust.
 
 use crate::feed::Order;
+use crate::feed::policy::{self, FeedPolicy, Policy};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -124,6 +125,10 @@ pub struct Limits {
     pub request_burst: f64,
     /// Requests one sender may have waiting for its rate; past that they are refused.
     pub request_backlog: f64,
+    /// Requests of one sender domain served at once; more wait for one of that domain's
+    /// slots. A server may send from any number of JIDs of its domain, so the per-JID rate
+    /// alone would let one domain take every request slot.
+    pub requests_per_domain: usize,
 }
 
 impl Default for Limits {
@@ -138,6 +143,7 @@ impl Default for Limits {
             requests_per_second: 200.0,
             request_burst: 400.0,
             request_backlog: 2000.0,
+            requests_per_domain: 128,
         }
     }
 }
@@ -236,6 +242,9 @@ impl Config {
         if !(l.requests_per_second > 0.0 && l.request_burst >= 1.0 && l.request_backlog >= 0.0) {
             return bad("limits: need requests_per_second > 0, request_burst >= 1, request_backlog >= 0".into());
         }
+        if l.requests_per_domain == 0 {
+            return bad("limits: requests_per_domain must be positive".into());
+        }
         if let Some(addr) = self.metrics.listen
             && !addr.ip().is_loopback()
         {
@@ -274,18 +283,52 @@ impl Config {
         }
         Ok(())
     }
+}
 
-    /// The configured feed with this name.
-    pub fn feed(&self, name: &str) -> Option<&FeedConfig> {
-        self.feeds.iter().find(|f| f.name == name)
+impl Config {
+    /// The core's rules, built once at start from a validated configuration: orders parsed,
+    /// JIDs in their canonical bare form, feeds by name.
+    pub fn policy(&self) -> Policy {
+        let feeds = self.feeds.iter().map(|f| (f.name.clone(), f.policy())).collect();
+        let l = &self.limits;
+        Policy {
+            admins: self.admins.iter().map(|a| canonical_jid(a)).collect(),
+            autocreate: self.autocreate,
+            feeds,
+            limits: policy::Limits {
+                default_page: l.default_page,
+                max_page: l.max_page,
+                max_payload_bytes: l.max_payload_bytes,
+                max_ids: l.max_ids,
+                max_subscriptions_per_jid: l.max_subscriptions_per_jid,
+                max_subscriptions_per_feed: l.max_subscriptions_per_feed,
+            },
+            bounce_limit: self.push.bounce_limit,
+        }
     }
 }
 
 impl FeedConfig {
-    /// The order of the feed's node when the name gives none.
-    pub fn order(&self) -> Order {
-        self.default_order.as_deref().and_then(Order::parse).unwrap_or(Order::NEWEST_FIRST)
+    fn policy(&self) -> FeedPolicy {
+        let (domains, jids): (Vec<&String>, Vec<&String>) = self.allowed.iter().partition(|a| a.starts_with("*@"));
+        FeedPolicy {
+            title: self.title.clone(),
+            description: self.description.clone(),
+            publishers: self.publishers.iter().map(|p| canonical_jid(p)).collect(),
+            order: self.default_order.as_deref().and_then(Order::parse).unwrap_or_default(),
+            access: match self.access {
+                Access::Open => policy::Access::Open,
+                Access::Whitelist => policy::Access::Whitelist,
+            },
+            allowed: jids.into_iter().map(|j| canonical_jid(j)).collect(),
+            allowed_domains: domains.into_iter().map(|d| canonical_jid(&d[2..])).collect(),
+        }
     }
+}
+
+/// A validated bare JID as the JID parser writes it (as senders' JIDs are compared).
+fn canonical_jid(s: &str) -> String {
+    jid::BareJid::new(s).map_or_else(|_| s.to_string(), |j| j.to_string())
 }
 
 fn check_bare_jid(what: &str, s: &str) -> Result<(), ConfigError> {
@@ -318,8 +361,12 @@ allowed = ["bob@x", "*@example.net"]
         c.validate().unwrap();
         assert_eq!(c.component.server, "127.0.0.1:5347");
         assert_eq!(c.limits.max_page, 500);
-        assert_eq!(c.feed("comments").unwrap().order(), Order::NEWEST_FIRST);
-        assert_eq!(c.feed("comments").unwrap().access, Access::Whitelist);
+        let p = c.policy();
+        let comments = p.feed("comments");
+        assert_eq!(comments.order, Order::NEWEST_FIRST);
+        assert_eq!(comments.access, policy::Access::Whitelist);
+        assert!(comments.allowed.contains("bob@x") && comments.allowed_domains.contains("example.net"));
+        assert!(p.is_admin("admin@localhost") && comments.publishers.contains("bot@localhost"));
         assert!(!format!("{:?}", c.component).contains("\"s\""), "secret must not be printed");
     }
 
@@ -337,6 +384,7 @@ allowed = ["bob@x", "*@example.net"]
             (GOOD.replace("name = \"comments\"", "name = \"a?b\""), "valid feed name"),
             (GOOD.replace("access = \"whitelist\"", "default_order = \"up\""), "default_order"),
             (GOOD.replace("secret = \"s\"", "secret = \"\""), "secret"),
+            (GOOD.replace("[[feeds]]", "[limits]\nrequests_per_domain = 0\n[[feeds]]"), "requests_per_domain"),
         ];
         for (text, needle) in cases {
             let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err().to_string();

@@ -5,11 +5,30 @@
 //!
 //! # Layout
 //!
-//! - [`feed`]: the core, transport-free. Node names become views, position specs become keys,
-//!   pages are cut, publishes stamped, and every decision about who may do what is made here.
-//! - [`store`]: the storage trait the core needs, and its SQLite implementation with group
-//!   commit. The only module that speaks SQL.
-//! - [`config`]: the TOML configuration, validated with messages a human can act on.
+//! One core that decides, faces that only translate, stores that only keep. Data flows one
+//! way: bytes in, a face parses one typed request, the core decides, the face writes the
+//! outcome; committed changes flow from the store through the core's change stream to each
+//! face's pusher. Dependencies point inward: faces and stores use [`feed`], never the reverse.
+//!
+//! - [`feed`]: the core, transport-free and storage-free. Node names become views, position
+//!   specs become keys, pages are cut, items stamped (`feed::intents`), and every decision
+//!   about who may do what is one call to `Policy::may`. It owns the traits it needs from
+//!   stores (`feed::ports`) and the service every face calls (`feed::service`), which also
+//!   says who receives each change.
+//! - [`store`]: implementations of `feed::ports`: SQLite with group commit (the only module
+//!   that speaks SQL) and an in-memory model that the conformance suite compares it to.
+//! - [`xmpp`]: the XMPP face: one file per request kind (`xmpp::iq`: parse, apply, reply),
+//!   the XML payloads, the one error table, and the pusher that formats changes as headlines.
+//! - [`component`]: the XEP-0114 link: login, the XML stream with its limits, keepalive,
+//!   reconnects, and a shutdown that loses no request.
+//! - [`app`]: wiring: store, service, faces and link, run until SIGTERM, then drained.
+//! - [`config`]: the TOML configuration, validated with messages a human can act on, and
+//!   turned once into the core's `Policy`.
+//! - [`limiter`]: per-sender request rates, so a flood slows only its sender.
+//! - [`metrics`]: Prometheus counters and gauges, served on a loopback address.
+//! - [`logging`]: `tracing` set up for humans or as JSON lines.
+
+#![forbid(unsafe_code)]
 
 pub mod app;
 pub mod component;

@@ -1,6 +1,8 @@
 //! The `smartfeeds` command: parse the command line, load the configuration, set up logging,
 //! and run the component until SIGTERM or ctrl-c.
 
+#![forbid(unsafe_code)]
+
 use clap::{Parser, Subcommand};
 use smartfeeds::config::Config;
 use std::path::PathBuf;

@@ -10,9 +10,10 @@
 //! run on the same file, so each round also recovers from the previous crash.
 
 use rand::Rng;
-use smartfeeds::feed::{Filter, Item, Key, OrderBy, Payload};
+use smartfeeds::feed::ports::Scope;
+use smartfeeds::feed::{Entry, Filter, Key, Order, OrderBy, Store, WriteTx};
 use smartfeeds::store::sqlite::SqliteStore;
-use smartfeeds::store::{Scope, Store};
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -251,36 +252,19 @@ fn child(db: &Path, round: usize) {
 
 type WriteResult<T> = Result<T, smartfeeds::feed::FeedError>;
 
-fn insert(tx: &mut dyn smartfeeds::store::WriteTx, id: String) -> WriteResult<()> {
+fn insert(tx: &mut dyn WriteTx, id: String) -> WriteResult<()> {
     let mut feed = tx.feed(FEED)?.expect("feed");
-    feed.last_t = feed.last_t.max(now_ms());
-    feed.last_mseq += 1;
-    feed.items += 1;
-    let item = Item {
-        id: id.clone(),
-        created: Key { t: feed.last_t, seq: feed.items as i64 },
-        modified: Key { t: feed.last_t, seq: feed.last_mseq },
+    let entry = Entry {
+        xml: format!("<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:{id}</id></entry>"),
+        atom_id: Some(format!("urn:{id}")),
         author: Some("crash".into()),
         categories: vec!["test".into()],
-        atom_id: Some(format!("urn:{id}")),
-        payload: Payload::Entry(format!("<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:{id}</id></entry>")),
     };
-    tx.insert_item(feed.id, &item)?;
-    tx.save_feed(&feed)?;
+    tx.publish(&mut feed, id, entry, now_ms(), Order::default())?;
     Ok(())
 }
 
-fn retract(tx: &mut dyn smartfeeds::store::WriteTx, id: String) -> WriteResult<()> {
+fn retract(tx: &mut dyn WriteTx, id: String) -> WriteResult<()> {
     let mut feed = tx.feed(FEED)?.expect("feed");
-    let old = tx.item(feed.id, &id)?.expect("the item this task inserted");
-    feed.last_t = feed.last_t.max(now_ms());
-    feed.last_mseq += 1;
-    let new = Item {
-        modified: Key { t: feed.last_t, seq: feed.last_mseq },
-        payload: Payload::Tombstone { atom_ref: old.atom_id.clone().unwrap_or_else(|| id.clone()), when: feed.last_t },
-        ..old.clone()
-    };
-    tx.update_item(feed.id, &old, &new)?;
-    tx.save_feed(&feed)?;
-    Ok(())
+    tx.retract(&mut feed, &id, now_ms(), Order::default())
 }

@@ -31,7 +31,7 @@ fn world() -> &'static World {
              [[feeds]]\nname = \"w\"\naccess = \"whitelist\"\nallowed = [\"*@example.net\"]\n",
         )
         .unwrap();
-        let svc = Service::new(SqliteStore::open_in_memory(None).unwrap(), Arc::new(config), Arc::new(|| 1_700_000_000_000));
+        let svc = Service::new(SqliteStore::open_in_memory(None).unwrap(), Arc::new(config.policy()), Arc::new(|| 1_700_000_000_000));
         rt.block_on(svc.init()).unwrap();
         World { rt, router: Router::new(svc, "feeds.localhost".parse().unwrap()) }
     })

@@ -337,6 +337,30 @@ impl Writer {
     }
 }
 
+/// Why a login failed; each says what an operator checks.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("no login within {0:?}")]
+    Timeout(Duration),
+    /// The TCP connection could not be made (server down, wrong port).
+    #[error("connect to {addr}: {err}")]
+    Connect { addr: String, err: io::Error },
+    /// Writing to or reading from the server failed mid-login.
+    #[error("{what}: {err}")]
+    Io { what: &'static str, err: io::Error },
+    /// The server ended the stream, or sent something that is not XMPP, before its header.
+    #[error("{0}")]
+    Ended(String),
+    #[error("the server's stream header has no id")]
+    NoStreamId,
+    /// A `<stream:error/>` instead of a handshake: usually a wrong secret or a second
+    /// connection for the same domain.
+    #[error("the server refused us: {condition} (wrong secret, or {domain} already connected?)")]
+    Refused { condition: String, domain: String },
+    #[error("expected <handshake/>, got {0}")]
+    Unexpected(String),
+}
+
 /// Connects to `addr` (`ip:port`) as the component `domain` and logs in with `secret`
 /// (XEP-0114 §3), within `timeout`.
 pub async fn connect(
@@ -345,45 +369,49 @@ pub async fn connect(
     secret: &str,
     limits: Limits,
     timeout: Duration,
-) -> Result<(Reader, Writer), String> {
+) -> Result<(Reader, Writer), ConnectError> {
     tokio::time::timeout(timeout, login(addr, domain, secret, limits))
         .await
-        .map_err(|_| format!("no login within {timeout:?}"))?
+        .map_err(|_| ConnectError::Timeout(timeout))?
 }
 
-async fn login(addr: &str, domain: &str, secret: &str, limits: Limits) -> Result<(Reader, Writer), String> {
-    let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect to {addr}: {e}"))?;
-    tcp.set_nodelay(true).map_err(|e| format!("connect to {addr}: {e}"))?;
+async fn login(addr: &str, domain: &str, secret: &str, limits: Limits) -> Result<(Reader, Writer), ConnectError> {
+    let connect = |err| ConnectError::Connect { addr: addr.to_string(), err };
+    let io = |what| move |err| ConnectError::Io { what, err };
+    let tcp = TcpStream::connect(addr).await.map_err(connect)?;
+    tcp.set_nodelay(true).map_err(connect)?;
     let (r, w) = tcp.into_split();
     let (mut reader, mut writer) = (Reader::new(r, limits), Writer::new(w));
-    writer.header(domain).map_err(|e| format!("stream header: {e}"))?;
-    writer.flush().await.map_err(|e| format!("write: {e}"))?;
+    writer.header(domain).map_err(io("stream header"))?;
+    writer.flush().await.map_err(io("write"))?;
     let stream_id = loop {
         if let Some(id) = reader.stream_id() {
             break id;
         }
         let event = match reader.parser.read().await {
             Ok(Some(event)) => event,
-            Ok(None) => return Err("the server closed the connection before its stream header".into()),
-            Err(e) => return Err(format!("reading the stream header: {e}")),
+            Ok(None) => {
+                return Err(ConnectError::Ended("the server closed the connection before its stream header".into()));
+            }
+            Err(e) => return Err(ConnectError::Ended(format!("reading the stream header: {e}"))),
         };
         if let Some(Frame::End(why)) = reader.step(event) {
-            return Err(why);
+            return Err(ConnectError::Ended(why));
         }
     };
     if stream_id.is_empty() {
-        return Err("the server's stream header has no id".into());
+        return Err(ConnectError::NoStreamId);
     }
-    writer.feed(&Handshake::from_stream_id_and_password(stream_id, secret)).map_err(|e| e.to_string())?;
-    writer.flush().await.map_err(|e| format!("write: {e}"))?;
+    writer.feed(&Handshake::from_stream_id_and_password(stream_id, secret)).map_err(io("handshake"))?;
+    writer.flush().await.map_err(io("write"))?;
     match reader.next().await {
         Frame::Element(el) if el.is("handshake", ns::COMPONENT) => Ok((reader, writer)),
         Frame::Element(el) if el.is("error", STREAM_NS) => {
-            Err(format!("the server refused us: {} (wrong secret, or {domain} already connected?)", stream_error(&el)))
+            Err(ConnectError::Refused { condition: stream_error(&el), domain: domain.to_string() })
         }
-        Frame::Element(el) => Err(format!("expected <handshake/>, got <{}>", el.name())),
-        Frame::Dropped { header, .. } => Err(format!("expected <handshake/>, got an unreadable <{}>", header.name)),
-        Frame::End(why) => Err(format!("handshake refused (wrong secret or domain?): {why}")),
+        Frame::Element(el) => Err(ConnectError::Unexpected(format!("<{}>", el.name()))),
+        Frame::Dropped { header, .. } => Err(ConnectError::Unexpected(format!("an unreadable <{}>", header.name))),
+        Frame::End(why) => Err(ConnectError::Ended(format!("handshake refused (wrong secret or domain?): {why}"))),
     }
 }
 

@@ -2,8 +2,8 @@
 //! The XMPP glue maps each to exactly one stanza error (see `xmpp::errors`).
 
 use super::node::NodeError;
+use super::ports::StoreError;
 use super::position::PositionError;
-use crate::store::StoreError;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FeedError {

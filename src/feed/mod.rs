@@ -1,14 +1,18 @@
-//! The feed core, transport-free: node names and views, position specs, T+O+C cursors,
-//! paging, publishing, subscriptions and authorisation. It knows nothing of XML or SQL:
-//! the XMPP glue hands it plain values, and it reaches storage only through
-//! [`crate::store::Store`].
+//! The core, transport-free and storage-free: node names and views, position specs, T+O+C
+//! cursors, paging, the intents that stamp and store items, the policy that decides who may
+//! do what, and the service that serves every face. It knows nothing of XML, HTTP or SQL:
+//! faces hand it plain values, and it reaches storage only through the traits it owns
+//! ([`ports`]).
 
 pub mod change;
 pub mod cursor;
 pub mod error;
+pub mod intents;
 pub mod item;
 pub mod node;
 pub mod page;
+pub mod policy;
+pub mod ports;
 pub mod position;
 pub mod service;
 
@@ -17,4 +21,6 @@ pub use cursor::Cursor;
 pub use error::FeedError;
 pub use item::{Entry, Item, Key, Payload};
 pub use node::{Filter, NodeName, Order, OrderBy, View};
+pub use policy::{Action, Policy};
+pub use ports::{ReadTx, Store, StoreError, WriteTx};
 pub use position::Position;

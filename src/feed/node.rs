@@ -24,6 +24,13 @@ pub struct Order {
     pub descending: bool,
 }
 
+/// A feed's order when the configuration names none: newest first.
+impl Default for Order {
+    fn default() -> Self {
+        Order::NEWEST_FIRST
+    }
+}
+
 impl Order {
     pub const CREATED: Order = Order { by: OrderBy::Created, descending: false };
     pub const NEWEST_FIRST: Order = Order { by: OrderBy::Created, descending: true };

@@ -9,8 +9,8 @@ use super::cursor::Cursor;
 use super::error::FeedError;
 use super::item::{Item, Key};
 use super::node::View;
+use super::ports::{FeedRow, ReadTx, Scope};
 use super::position::Position;
-use crate::store::{FeedRow, ReadTx, Scope};
 
 /// How many same-time items a cursor checksum may cover. A cursor claiming more is treated
 /// like one whose checksum failed (a time fallback), which is always safe.

@@ -5,8 +5,8 @@
 
 use super::payloads::commands::{Actions, COMMANDS, Command, Note};
 use crate::feed::FeedError;
+use crate::feed::ports::Store;
 use crate::feed::service::Service;
-use crate::store::Store;
 use xmpp_parsers::data_forms::{DataForm, DataFormType, Field, FieldType};
 
 /// The commands, as `(node, name)` for disco#items.

@@ -82,7 +82,7 @@ mod tests {
 
     #[test]
     fn storage_details_are_not_sent() {
-        let e = FeedError::Store(crate::store::StoreError::Backend("disk I/O error at /secret/path".into()));
+        let e = FeedError::Store(crate::feed::ports::StoreError::Backend("disk I/O error at /secret/path".into()));
         let s = to_stanza_error(&e);
         assert_eq!(s.defined_condition, C::InternalServerError);
         assert!(!s.texts.values().any(|t| t.contains("secret")));

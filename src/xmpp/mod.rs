@@ -9,7 +9,9 @@
 //! server's XEP-0033 service.
 
 pub mod adhoc;
+pub mod bounce;
 pub mod errors;
+pub mod iq;
 pub mod multicast;
 pub mod notify;
 pub mod parts;

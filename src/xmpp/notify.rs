@@ -11,29 +11,34 @@
 //! push. Messages wait in their own bounded queue, which the link drains after replies.
 
 use super::payloads::shim::SyncHeaders;
-use super::payloads::{Headers, Push, PushBody, item_published, item_retracted};
-use super::router::payload_element;
-use crate::feed::{Change, FeedError, Payload};
+use super::payloads::{Headers, Push, PushBody};
+use crate::feed::ports::Store;
+use crate::feed::service::{Bounce, Service};
+use crate::feed::{Change, Payload};
 use crate::metrics::Metrics;
-use crate::store::{Store, Subscription};
 use jid::Jid;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
-/// Fans changes out to subscribers.
+/// Formats changes as headlines for their subscribers; the core says who they are.
 pub struct Notifier<S: Store> {
-    store: S,
+    svc: Service<S>,
     me: Jid,
-    /// After this many bounces in a row a JID's subscriptions are removed.
-    bounce_limit: u32,
-    bounces: Mutex<HashMap<String, u32>>,
     metrics: Arc<Metrics>,
+}
+
+/// A push could not be written as XML (a node name or id no XML can carry).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode the push of {item}: {err}")]
+pub struct EncodeError {
+    item: String,
+    err: std::io::Error,
 }
 
 /// The store's change sink: hands changes that have subscribers to the notifier, never
 /// blocking the writer; drops them when the backlog is full.
-pub fn change_sink(tx: mpsc::Sender<Change>, metrics: Arc<Metrics>) -> crate::store::ChangeSink {
+pub fn change_sink(tx: mpsc::Sender<Change>, metrics: Arc<Metrics>) -> crate::feed::ports::ChangeSink {
     Box::new(move |changes: Vec<Change>| {
         for change in changes {
             if change.views.is_empty() {
@@ -54,8 +59,8 @@ pub fn change_sink(tx: mpsc::Sender<Change>, metrics: Arc<Metrics>) -> crate::st
 }
 
 impl<S: Store> Notifier<S> {
-    pub fn new(store: S, me: Jid, bounce_limit: u32, metrics: Arc<Metrics>) -> Self {
-        Notifier { store, me, bounce_limit, bounces: Mutex::new(HashMap::new()), metrics }
+    pub fn new(svc: Service<S>, me: Jid, metrics: Arc<Metrics>) -> Self {
+        Notifier { svc, me, metrics }
     }
 
     /// Fans out changes until `stop` is set, then fans out what is already waiting and
@@ -98,42 +103,29 @@ impl<S: Store> Notifier<S> {
 
     /// The messages one change makes, in subscription order within each view. The copies of
     /// one view share one body per node name as subscribers wrote it (usually just one).
-    async fn messages(&self, change: &Change, n: &mut u64) -> Result<Vec<Push>, FeedError> {
-        let feed = change.feed.clone();
-        let views: Vec<String> = change.views.iter().map(|v| v.view.clone()).collect();
-        let subs: Vec<Vec<Subscription>> = self
-            .store
-            .read(move |tx| {
-                let Some(f) = tx.feed(&feed)? else { return Ok(Vec::new()) };
-                views.iter().map(|v| Ok(tx.subscribers(f.id, v)?)).collect()
-            })
-            .await?;
+    async fn messages(&self, change: &Change, n: &mut u64) -> anyhow::Result<Vec<Push>> {
+        let recipients = self.svc.recipients(change).await?;
         let item = &change.item;
-        // A retraction pushes `<retract id/>`; everything else the entry itself.
-        let payload = match &item.payload {
-            Payload::Entry(_) => Some(payload_element(item)?),
+        // A retraction pushes `<retract id/>`; everything else the entry as stored.
+        let entry = match &item.payload {
+            Payload::Entry(xml) => Some(xml.as_str()),
             Payload::Tombstone { .. } => None,
         };
         let from = self.me.to_string();
-        let mut out = Vec::with_capacity(subs.iter().map(Vec::len).sum());
-        for (vc, subs) in change.views.iter().zip(subs) {
+        let mut out = Vec::with_capacity(recipients.iter().map(|r| r.subscriptions.len()).sum());
+        for r in recipients {
             let headers = Headers::from(SyncHeaders {
-                total_items: vc.count,
-                previous_cursor: vc.previous.map(|c| c.to_string()),
-                last_cursor: vc.last.to_string(),
+                total_items: r.view.count,
+                previous_cursor: r.view.previous.map(|c| c.to_string()),
+                last_cursor: r.view.last.to_string(),
             });
             let mut bodies: HashMap<String, Arc<PushBody>> = HashMap::new();
-            for sub in subs {
+            for sub in r.subscriptions {
                 let body = match bodies.get(&sub.node) {
                     Some(body) => body.clone(),
                     None => {
-                        let event = match &payload {
-                            Some(entry) => item_published(&sub.node, &item.id, entry.clone()),
-                            None => item_retracted(&sub.node, &item.id),
-                        };
-                        let body = PushBody::new(from.clone(), &event, &headers).map_err(|e| {
-                            FeedError::Store(crate::store::StoreError::Backend(format!("push of {}: {e}", item.id)))
-                        })?;
+                        let body = PushBody::new(from.clone(), &sub.node, &item.id, entry, &headers)
+                            .map_err(|err| EncodeError { item: item.id.clone(), err })?;
                         let body = Arc::new(body);
                         bodies.insert(sub.node.clone(), body.clone());
                         body
@@ -147,39 +139,22 @@ impl<S: Store> Notifier<S> {
         Ok(out)
     }
 
-    /// A push came back as an error from `from`. Permanent errors count towards removal.
+    /// A push came back as an error from `from`; the core decides what that costs it.
     pub async fn bounced(&self, from: &Jid, permanent: bool) {
         self.metrics.pushes_bounced.inc();
-        if !permanent {
-            return;
-        }
         let jid = from.to_string();
-        let count = {
-            let mut b = self.bounces.lock().unwrap_or_else(|p| p.into_inner());
-            let c = b.entry(jid.clone()).or_insert(0);
-            *c += 1;
-            *c
-        };
-        if count < self.bounce_limit {
-            return;
-        }
-        self.bounces.lock().unwrap_or_else(|p| p.into_inner()).remove(&jid);
-        let target = jid.clone();
-        let removed = self.store.write(move |tx| Ok(tx.delete_subscriptions_of(&target)?)).await;
-        match removed {
-            Ok(n) => {
+        match self.svc.bounced(&jid, permanent).await {
+            Ok(Bounce::Unsubscribed(n)) => {
                 self.metrics.subscriptions_removed.inc_by(n);
-                tracing::warn!(%jid, bounces = count, removed = n, "pushes keep bouncing: unsubscribed");
+                tracing::warn!(%jid, removed = n, "pushes keep bouncing: unsubscribed");
             }
+            Ok(Bounce::Counted(_) | Bounce::Ignored) => {}
             Err(e) => tracing::error!(%jid, error = %e, "cannot remove the subscriptions of a bouncing JID"),
         }
     }
 
     /// `jid` showed it is alive (it sent us a request): its bounce count starts again.
     pub fn alive(&self, jid: &Jid) {
-        let mut b = self.bounces.lock().unwrap_or_else(|p| p.into_inner());
-        if !b.is_empty() {
-            b.remove(&jid.to_string());
-        }
+        self.svc.alive(jid.as_str());
     }
 }

@@ -4,8 +4,7 @@
 //!
 //! What xmpp-parsers 0.23 already does right we reuse rather than copy:
 //! [`xmpp_parsers::rsm::SetQuery`] / [`xmpp_parsers::rsm::SetResult`] for RSM (an empty
-//! `<before/>` parses as `Some("")`, "the last page"), and [`xmpp_parsers::pubsub::Event`]
-//! for the pubsub#event push payload. What it lacks or gets in our way we define here:
+//! `<before/>` parses as `Some("")`, "the last page"). What it lacks or gets in our way we define here:
 //!
 //! - [`items`]: `<pubsub><items/><set/></pubsub>`, which `PubSub::try_from` rejects, and the
 //!   paged items result;
@@ -30,7 +29,7 @@ pub mod shim;
 pub mod subscriptions;
 
 pub use atom::{DeletedEntry, EntryError, inspect_entry, inspect_item, parse_stored, tombstone};
-pub use event::{Push, PushBody, item_published, item_retracted};
+pub use event::{Push, PushBody};
 pub use items::{ItemsPage, ItemsQuery, ItemsRequest, ItemsResult, PageItem};
 pub use publish::{Publish, PublishItem, PublishRequest, publish_result};
 pub use pubsub_errors::{PubSubErrorCondition, stanza_error};

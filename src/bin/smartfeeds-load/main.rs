@@ -19,6 +19,8 @@
 //! tool then takes at most one core from the service and server it measures, and its own CPU
 //! time is reported (`tool_cpu_s`) so a saturated load generator is visible.
 
+#![forbid(unsafe_code)]
+
 mod compare;
 mod create;
 mod fanout;

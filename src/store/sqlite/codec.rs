@@ -1,7 +1,7 @@
 //! How an [`Item`] maps onto a row of `items`, and back.
 
+use crate::feed::ports::StoreError;
 use crate::feed::{Item, Key, Payload};
-use crate::store::StoreError;
 use rusqlite::Row;
 
 /// The `items` columns [`item_from_row`] expects, in order, for a table aliased `i`.
@@ -81,9 +81,18 @@ pub(crate) fn distinct_terms(terms: &[String]) -> Vec<&str> {
     out
 }
 
+/// SQLite's failures by what an operator does about them: wait (busy, locked), free space
+/// (full), restore (corrupt, not a database); everything else is a backend error.
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError::Backend(e.to_string())
+        use rusqlite::ErrorCode::*;
+        let text = e.to_string();
+        match e.sqlite_error_code() {
+            Some(DatabaseBusy | DatabaseLocked) => StoreError::Busy(text),
+            Some(DiskFull) => StoreError::Full(text),
+            Some(DatabaseCorrupt | NotADatabase) => StoreError::Corrupt(text),
+            _ => StoreError::Backend(text),
+        }
     }
 }
 
@@ -103,6 +112,16 @@ mod tests {
         // A length that would cut a character in two is malformed, not a panic.
         assert_eq!(decode_categories("1:ü"), None);
         assert_eq!(distinct_terms(&terms), vec!["", "a:b", "12:x", "ü", "a", "\n"]);
+    }
+
+    #[test]
+    fn sqlite_failures_keep_their_kind() {
+        let fail = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        assert!(matches!(StoreError::from(fail(rusqlite::ffi::SQLITE_BUSY)), StoreError::Busy(_)));
+        assert!(matches!(StoreError::from(fail(rusqlite::ffi::SQLITE_FULL)), StoreError::Full(_)));
+        assert!(matches!(StoreError::from(fail(rusqlite::ffi::SQLITE_CORRUPT)), StoreError::Corrupt(_)));
+        assert!(matches!(StoreError::from(fail(rusqlite::ffi::SQLITE_NOTADB)), StoreError::Corrupt(_)));
+        assert!(matches!(StoreError::from(rusqlite::Error::InvalidQuery), StoreError::Backend(_)));
     }
 
     proptest! {

@@ -13,7 +13,7 @@
 //! Every rank here relies on the store's one ordering invariant: within a feed, modified
 //! times never decrease as seqs grow, so `(mtime, mseq)` order is `mseq` order.
 
-use crate::store::StoreResult;
+use crate::feed::ports::StoreResult;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// log2 of the number of seqs per bucket, per level (level `l` is `SHIFTS[l - 1]`).
@@ -103,8 +103,8 @@ fn walk(mut rows: rusqlite::Rows<'_>, rem: &mut u64) -> StoreResult<Option<i64>>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::feed::ports::WriteTx;
     use crate::feed::{Item, Key, Payload};
-    use crate::store::WriteTx;
     use crate::store::sqlite::read::SqlTx;
 
     fn db() -> Connection {

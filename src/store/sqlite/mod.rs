@@ -4,8 +4,8 @@
 //! - `writer`: the writer thread: batches of write closures, one savepoint each, one COMMIT
 //!   (one fsync) per batch, then the change sink, then the answers.
 //! - `pool`: read connections and the snapshot transaction every read runs in.
-//! - `read` / `write`: the [`ReadTx`](crate::store::ReadTx) and
-//!   [`WriteTx`](crate::store::WriteTx) methods as SQL.
+//! - `read` / `write`: the [`ReadTx`] and
+//!   [`WriteTx`] methods as SQL.
 //! - `mcounts`: per-bucket counts that give rank and position in modified order.
 //! - `codec`: items to rows and back.
 //!
@@ -24,18 +24,21 @@ mod writer;
 mod tests;
 
 use crate::feed::FeedError;
-use crate::store::{ChangeSink, CommitObserver, ReadTx, Store, StoreError, StoreResult, WriteTx};
+use crate::feed::ports::{ChangeSink, CommitObserver, ReadTx, Store, StoreError, StoreResult, WriteTx};
 use pool::{Pool, snapshot};
 use rusqlite::Connection;
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{JoinHandle, ThreadId};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use writer::{Counters, Job, Pending, Writer};
 
 pub use schema::SCHEMA_VERSION;
+
+/// Jobs waiting for the writer: a few full batches.
+const QUEUE: usize = 4 * writer::MAX_BATCH;
 
 /// The writer's counters since open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,7 +68,9 @@ pub struct SqliteStore {
 }
 
 struct Inner {
-    /// `None` once closed. A std mutex: held only around `send`, never across an await.
+    /// `None` once closed. A std mutex: held only to clone the sender, never across an
+    /// await. The queue is bounded ([`QUEUE`]): when the writer falls behind, writers wait
+    /// for room instead of piling up memory.
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     writer_id: ThreadId,
@@ -105,7 +110,7 @@ impl SqliteStore {
     ) -> StoreResult<SqliteStore> {
         schema::configure_writer(&conn)?;
         schema::migrate(&mut conn)?;
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::channel(QUEUE);
         let counters = Arc::new(Counters::default());
         let writer = Writer { conn, jobs: rx, sink, observer, counters: counters.clone() };
         let handle = std::thread::Builder::new()
@@ -169,10 +174,18 @@ impl SqliteStore {
 }
 
 impl Inner {
+    /// Queues a job, waiting for room.
+    async fn submit(&self, job: Job) -> Result<(), StoreError> {
+        let sender = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).clone().ok_or(StoreError::Closed)?;
+        sender.send(job).await.map_err(|_| StoreError::Closed)
+    }
+
+    /// Queues a job now, in call order (tests line jobs up behind a held writer this way).
+    #[cfg(test)]
     fn send(&self, job: Job) -> Result<(), StoreError> {
         let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         let sender = jobs.as_ref().ok_or(StoreError::Closed)?;
-        sender.send(job).map_err(|_| StoreError::Closed)
+        sender.try_send(job).map_err(|_| StoreError::Closed)
     }
 
     fn is_closed(&self) -> bool {
@@ -205,9 +218,10 @@ impl Inner {
             return tokio::task::spawn_blocking(run).await.unwrap_or_else(|_| Err(writer::internal()));
         }
         let (tx, rx) = oneshot::channel();
-        self.send(Job::Read(Box::new(move |conn| {
+        self.submit(Job::Read(Box::new(move |conn| {
             let _ = tx.send(f(conn).0);
-        })))?;
+        })))
+        .await?;
         drop(self);
         rx.await.unwrap_or(Err(StoreError::Closed.into()))
     }
@@ -245,7 +259,7 @@ impl Store for SqliteStore {
         // future is dropped: a write cannot be recalled, only its answer ignored.
         async move {
             let (tx, rx) = oneshot::channel();
-            inner.send(Job::Write(Box::new(Pending::new(f, tx))))?;
+            inner.submit(Job::Write(Box::new(Pending::new(f, tx)))).await?;
             // A queued write does not keep the store open: the last clone's drop may shut the
             // writer down, which still finishes this job first.
             drop(inner);

@@ -4,7 +4,7 @@ use super::read::SqlTx;
 use super::schema;
 use super::writer::internal;
 use crate::feed::FeedError;
-use crate::store::{ReadTx, StoreError};
+use crate::feed::ports::{ReadTx, StoreError};
 use rusqlite::{Connection, OpenFlags};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;

@@ -4,8 +4,8 @@
 
 use super::codec::{ITEM_COLUMNS, item_from_row};
 use super::mcounts;
+use crate::feed::ports::{FeedRow, ReadTx, Scope, StoreResult, Subscription};
 use crate::feed::{Change, Item, Key, OrderBy};
-use crate::store::{FeedRow, ReadTx, Scope, StoreResult, Subscription};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 

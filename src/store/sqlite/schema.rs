@@ -5,7 +5,7 @@
 //! crash mid-migration leaves the previous version intact; a database whose version is above
 //! what this binary knows is refused rather than misread.
 
-use crate::store::StoreError;
+use crate::feed::ports::StoreError;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
 use std::time::Duration;

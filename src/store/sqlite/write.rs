@@ -4,8 +4,8 @@
 use super::codec::{distinct_terms, encode_categories, payload_columns};
 use super::mcounts;
 use super::read::SqlTx;
+use crate::feed::ports::{FeedRow, StoreError, StoreResult, Subscription, WriteTx};
 use crate::feed::{Change, Item};
-use crate::store::{FeedRow, StoreError, StoreResult, Subscription, WriteTx};
 use rusqlite::{OptionalExtension, params};
 
 /// The bare part of a JID: everything before the first `/` (a localpart or domain cannot

@@ -9,12 +9,12 @@
 
 use super::read::SqlTx;
 use crate::feed::FeedError;
-use crate::store::{ChangeSink, CommitObserver, StoreError, WriteTx};
+use crate::feed::ports::{ChangeSink, CommitObserver, StoreError, WriteTx};
 use rusqlite::Connection;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Receiver;
+use tokio::sync::mpsc::Receiver;
 use tokio::sync::oneshot;
 
 /// The most jobs one transaction takes. Bounds the latency a batch adds to its first caller
@@ -106,7 +106,7 @@ impl Writer {
     /// Serves jobs until every sender is gone and the queue is empty: queued work is always
     /// finished, which is what a graceful shutdown relies on.
     pub(crate) fn run(mut self) {
-        while let Ok(first) = self.jobs.recv() {
+        while let Some(first) = self.jobs.blocking_recv() {
             let mut writes = Vec::new();
             let mut reads = Vec::new();
             let mut next = Some(first);

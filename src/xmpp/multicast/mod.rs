@@ -29,14 +29,13 @@ pub use stanza::MulticastPush;
 /// A push body for the tests of this module: a published entry on `node`.
 #[cfg(test)]
 fn test_body(node: &str) -> std::sync::Arc<crate::xmpp::payloads::PushBody> {
+    use crate::xmpp::payloads::PushBody;
     use crate::xmpp::payloads::shim::{Headers, SyncHeaders};
-    use crate::xmpp::payloads::{PushBody, item_published};
     let headers = Headers::from(SyncHeaders {
         total_items: 3,
         previous_cursor: Some("1_0_1".into()),
         last_cursor: "2_0_2".into(),
     });
-    let entry = "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:x</id></entry>".parse().expect("entry");
-    let event = item_published(node, "x", entry);
-    std::sync::Arc::new(PushBody::new("feeds.localhost".into(), &event, &headers).expect("body"))
+    let entry = "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:x</id></entry>";
+    std::sync::Arc::new(PushBody::new("feeds.localhost".into(), node, "x", Some(entry), &headers).expect("body"))
 }
