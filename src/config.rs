@@ -401,7 +401,6 @@ impl Config {
         }
         Ok(())
     }
-
 }
 
 impl Config {

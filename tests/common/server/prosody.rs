@@ -31,6 +31,9 @@ use crate::common::xml::{NS_CLIENT, error_condition, stanza_type};
 
 /// The configuration template, `prosody/prosody.cfg.lua`.
 pub const CONFIG_TEMPLATE: &str = include_str!("../../../prosody/prosody.cfg.lua");
+/// The repo's `prosody/` directory, where `mod_component_multicast.lua` lives (the
+/// template's `plugin_paths`).
+pub const PLUGIN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/prosody");
 /// Prosody's namespace for "the component is not connected".
 pub const COMPONENT_NS: &str = "xmpp:prosody.im/protocol/component";
 
@@ -179,7 +182,8 @@ pub fn render_config(
         .replace("@COMPONENT_PORT@", &component_port.to_string())
         .replace("@DATA@", data)
         .replace("@SECRET@", secret)
-        .replace("@LOG_LEVEL@", log_level);
+        .replace("@LOG_LEVEL@", log_level)
+        .replace("@PLUGIN_DIR@", PLUGIN_DIR);
     no_leftover(config, "--", "prosody/prosody.cfg.lua")
 }
 
