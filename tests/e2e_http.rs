@@ -7,11 +7,9 @@ mod common;
 
 use common::pubsub::*;
 use common::push::{next_push, subscribe};
-use common::smartfeeds::{Smartfeeds, remove_on_exit};
-use common::{Client, Host};
+use common::{Client, Fixture, Shared as SharedFixture};
 use reqwest::StatusCode;
 use serde_json::Value;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const BOT: &str = "bot-token-0123456789";
@@ -19,22 +17,20 @@ const ADMIN: &str = "admin-token-0123456789";
 const ALICE: &str = "alice-token-0123456789";
 const EVE: &str = "eve-token-0123456789ab";
 
+/// The shared fixture (server + smartfeeds with HTTP) and the HTTP face's base URL.
 struct Shared {
-    host: Host,
-    _feeds: Smartfeeds,
+    fx: Fixture,
     base: String,
-    _cleanup: Option<std::process::Child>,
 }
 
-static SHARED: OnceLock<Shared> = OnceLock::new();
+static SHARED: SharedFixture<Shared> = SharedFixture::new();
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
 fn shared() -> &'static Shared {
-    SHARED.get_or_init(|| {
-        let host = Host::start();
+    SHARED.get_or_start(|| {
         let port = free_port();
         let tables = format!(
             r#"
@@ -85,9 +81,7 @@ title = "The page feed"
 publishers = ["bot@localhost"]
 "#
         );
-        let feeds = Smartfeeds::start(&host, &tables);
-        let cleanup = remove_on_exit(&[host.data_dir(), feeds.dir()]);
-        Shared { host, _feeds: feeds, base: format!("http://127.0.0.1:{port}"), _cleanup: cleanup }
+        Shared { fx: Fixture::start(&tables), base: format!("http://127.0.0.1:{port}") }
     })
 }
 
@@ -153,7 +147,7 @@ async fn a_view_walked_over_http_has_the_pages_counts_and_cursors_of_xmpp() {
     let res = http().delete(url("/feeds/pages/items/p07")).bearer_auth(BOT).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::NO_CONTENT);
 
-    let mut alice = sh.host.login("alice").await;
+    let mut alice = sh.fx.server.login("alice").await;
     for (node, query) in [
         ("pages?order=modified", "?order=modified"),
         ("pages", ""),
@@ -423,7 +417,7 @@ async fn a_long_poll_is_answered_by_a_publish_through_either_face_and_times_out_
     let modified = held("order=modified&timeout=20");
     let bob_only = held("order=created&author=bob&timeout=3");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut bot = sh.host.login("bot").await;
+    let mut bot = sh.fx.server.login("bot").await;
     let published = Instant::now();
     let reply = bot.iq(publish_iq("lp", Some("l1"), &entry("urn:l1", "over xmpp", Some("ann"), &[]))).await;
     assert_eq!(common::stanza_type(&reply), "result");
@@ -571,7 +565,7 @@ async fn archives_link_from_the_recent_document_to_the_first_and_back() {
 #[tokio::test]
 async fn a_publish_over_http_is_pushed_over_xmpp_and_the_other_way_round() {
     let sh = shared();
-    let mut alice: Client = sh.host.login("alice").await;
+    let mut alice: Client = sh.fx.server.login("alice").await;
     let me = alice.bare_jid().to_string();
     subscribe(&mut alice, "cross?order=modified", &me).await;
     let res = http()
@@ -591,7 +585,7 @@ async fn a_publish_over_http_is_pushed_over_xmpp_and_the_other_way_round() {
     assert_eq!(push.item_id(), id);
     assert_eq!(Some(push.last_cursor()), doc["cursor"].as_str(), "the cursor in the modified order");
     // XMPP publish → HTTP pull sees it.
-    let mut bot = sh.host.login("bot").await;
+    let mut bot = sh.fx.server.login("bot").await;
     let reply = bot.iq(publish_iq("cross", Some("c2"), &entry("urn:c2", "from xmpp", None, &[]))).await;
     assert_eq!(common::stanza_type(&reply), "result");
     let (_, doc) =
