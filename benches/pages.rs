@@ -6,11 +6,18 @@
 //!
 //! `cargo bench --bench pages` (the feed is built once, about a minute, and kept under
 //! `target/bench-data/`; `SMARTFEEDS_BENCH_ITEMS` sets another size).
+//!
+//! `SMARTFEEDS_BENCH_STORE=postgres` measures the PostgreSQL store instead, on a private
+//! server with PostgreSQL's durable defaults, started for the run and removed after it; the
+//! feed is filled straight in SQL (`scratch::fill_feed`, about a minute), stamped as
+//! publishes 40 to a millisecond would be.
 
 use criterion::{Criterion, criterion_group};
 use smartfeeds::config::Config;
 use smartfeeds::feed::service::{PullRequest, Service, system_clock};
-use smartfeeds::feed::{Entry, Order, OrderBy, View};
+use smartfeeds::feed::{Entry, Order, OrderBy, Store, View};
+use smartfeeds::store::postgres::PostgresStore;
+use smartfeeds::store::postgres::scratch::{TempServer, fill_feed};
 use smartfeeds::store::sqlite::SqliteStore;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,16 +29,38 @@ fn items() -> u64 {
     std::env::var("SMARTFEEDS_BENCH_ITEMS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000)
 }
 
-fn service(rt: &tokio::runtime::Runtime) -> Service<SqliteStore> {
+fn config() -> Config {
+    Config::parse(&format!(
+        "admins = [\"{ADMIN}\"]\n[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\n[[feeds]]\nname = \"big\"\n"
+    ))
+    .unwrap()
+}
+
+/// The PostgreSQL store on a fresh private server, its feed filled in SQL.
+fn postgres_service(rt: &tokio::runtime::Runtime) -> (TempServer, Service<PostgresStore>) {
+    let n = items();
+    let server = TempServer::start().unwrap();
+    let svc = rt.block_on(async {
+        let url = server.create_database().await.unwrap();
+        let store = PostgresStore::connect(&url, None).await.unwrap();
+        eprintln!("filling a feed of {n} items in PostgreSQL...");
+        let started = Instant::now();
+        let base = chrono::Utc::now().timestamp_millis() - 86_400_000;
+        fill_feed(&url, "big", n, base).await.unwrap();
+        eprintln!("filled in {:.1?}", started.elapsed());
+        let svc = Service::new(store, Arc::new(config().policy()), system_clock());
+        svc.init().await.unwrap();
+        svc
+    });
+    (server, svc)
+}
+
+fn sqlite_service(rt: &tokio::runtime::Runtime) -> Service<SqliteStore> {
     let n = items();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("pages-{n}.db"));
-    let config = Config::parse(&format!(
-        "admins = [\"{ADMIN}\"]\n[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\n[[feeds]]\nname = \"big\"\n"
-    ))
-    .unwrap();
-    let svc = Service::new(SqliteStore::open(&path, None).unwrap(), Arc::new(config.policy()), system_clock());
+    let svc = Service::new(SqliteStore::open(&path, None).unwrap(), Arc::new(config().policy()), system_clock());
     rt.block_on(async {
         svc.init().await.unwrap();
         let have = svc.pull(ADMIN, PullRequest { node: "big".into(), max: Some(0), ..Default::default() }).await.unwrap().count;
@@ -72,10 +101,22 @@ fn service(rt: &tokio::runtime::Runtime) -> Service<SqliteStore> {
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let svc = service(&rt);
+    match std::env::var("SMARTFEEDS_BENCH_STORE").as_deref() {
+        Ok("postgres") => {
+            let (server, svc) = postgres_service(&rt);
+            measure(c, &rt, &svc, "page50-postgres");
+            rt.block_on(svc.store().close());
+            drop(server);
+        }
+        Ok("sqlite") | Err(_) => measure(c, &rt, &sqlite_service(&rt), "page50"),
+        Ok(other) => panic!("SMARTFEEDS_BENCH_STORE={other}: sqlite (the default) or postgres"),
+    }
+}
+
+fn measure<S: Store>(c: &mut Criterion, rt: &tokio::runtime::Runtime, svc: &Service<S>, name: &str) {
     let n = items();
     let mut figures = Vec::new();
-    let mut group = c.benchmark_group("page50");
+    let mut group = c.benchmark_group(name);
     group.measurement_time(Duration::from_secs(4));
     for by in [OrderBy::Created, OrderBy::Modified] {
         let view = View { feed: "big".into(), order: Order { by, descending: false }, filter: Default::default() };

@@ -3,11 +3,12 @@
 //! stream, exit.
 
 use crate::component::{self, Inbound, LinkConfig, Outbound};
-use crate::config::Config;
-use crate::feed::Action;
+use crate::config::{Config, StoreBackend};
 use crate::feed::service::{Service, system_clock};
+use crate::feed::{Action, Change, Store};
 use crate::limiter::{Admission, DomainSlots, Limiter};
 use crate::metrics::Metrics;
+use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::SqliteStore;
 use crate::xmpp::errors::{resource_constraint, service_unavailable};
 use crate::xmpp::notify::{Notifier, change_sink};
@@ -33,13 +34,13 @@ const DRAIN: Duration = Duration::from_secs(10);
 
 /// Takes inbound stanzas from the link and serves each on its own task, so a slow store read
 /// never blocks the connection loop.
-struct Dispatcher {
-    router: Router<SqliteStore>,
+struct Dispatcher<S: Store> {
+    router: Router<S>,
     metrics: Arc<Metrics>,
     limiter: Limiter,
     /// Bounds one sender domain's share of `slots`.
     domains: DomainSlots,
-    notifier: Arc<Notifier<SqliteStore>>,
+    notifier: Arc<Notifier<S>>,
     /// Taken away at shutdown, so the link sees the queue close once in-flight work is done.
     out: Mutex<Option<mpsc::Sender<Reply>>>,
     slots: Arc<Semaphore>,
@@ -48,7 +49,7 @@ struct Dispatcher {
     closing_rx: watch::Receiver<bool>,
 }
 
-impl Dispatcher {
+impl<S: Store> Dispatcher<S> {
     fn sender(&self) -> Option<mpsc::Sender<Reply>> {
         self.out.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -148,7 +149,7 @@ impl Dispatcher {
     }
 }
 
-impl Dispatcher {
+impl<S: Store> Dispatcher<S> {
     /// Answers a get or set with an error without serving it.
     fn refuse(&self, iq: Iq, out: mpsc::Sender<Reply>, error: StanzaError) {
         if let Iq::Get { from: Some(from), id, .. } | Iq::Set { from: Some(from), id, .. } = iq {
@@ -162,11 +163,6 @@ impl Dispatcher {
 /// Runs the component until SIGTERM or ctrl-c.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let config = Arc::new(config);
-    let me = Jid::new(&config.component.jid).context("component.jid")?;
-    if let Some(dir) = config.store.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let _lock = lock_database(&config.store.path)?;
     let metrics = Arc::new(Metrics::new());
     let (change_tx, change_rx) = mpsc::channel(config.push.backlog);
     let weak_changes = change_tx.downgrade();
@@ -182,16 +178,52 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         rx
     });
     let sink = fan_out(sinks);
-    let path = config.store.path.clone();
-    // Opening may migrate a large database: never on an async worker.
-    let store = tokio::task::spawn_blocking(move || SqliteStore::open_observed(&path, Some(sink), Some(observer)))
-        .await
-        .context("opening the store")?
-        .with_context(|| format!("opening the store {}", config.store.path.display()))?;
+    let changes = Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx };
+    match config.store.backend() {
+        StoreBackend::Sqlite(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            // One process per SQLite file; PostgreSQL is made for several.
+            let _lock = lock_database(path)?;
+            let path = path.to_path_buf();
+            // Opening may migrate a large database: never on an async worker.
+            let store =
+                tokio::task::spawn_blocking(move || SqliteStore::open_observed(&path, Some(sink), Some(observer)))
+                    .await
+                    .context("opening the store")?
+                    .with_context(|| format!("opening the store {}", config.store.describe()))?;
+            serve(config, store, metrics, changes).await
+        }
+        StoreBackend::Postgres(url) => {
+            let store = PostgresStore::connect_observed(url, Some(sink), Some(observer))
+                .await
+                .with_context(|| format!("opening the store {}", config.store.describe()))?;
+            let out = serve(config, store.clone(), metrics, changes).await;
+            store.close().await;
+            out
+        }
+    }
+}
+
+/// The store's committed changes on their way to the pushes, and a handle to measure the
+/// queue without keeping it open.
+struct Changes {
+    rx: mpsc::Receiver<Change>,
+    weak: mpsc::WeakSender<Change>,
+    /// The HTTP face's long-poll and event-stream wake-ups, and their feed when it runs.
+    wakeups: Arc<crate::http::longpoll::Wakeups>,
+    wake_rx: Option<mpsc::Receiver<Change>>,
+}
+
+/// Serves the component over an open store until SIGTERM or ctrl-c.
+async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, changes: Changes) -> anyhow::Result<()> {
+    let me = Jid::new(&config.component.jid).context("component.jid")?;
+    let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx } = changes;
     let svc = Service::new(store, Arc::new(config.policy()), system_clock());
     let notifier = Arc::new(Notifier::new(svc.clone(), me.clone(), metrics.clone()));
     svc.init().await.context("creating the configured feeds")?;
-    tracing::info!(db = %config.store.path.display(), feeds = config.feeds.len(), "store ready");
+    tracing::info!(db = %config.store.describe(), feeds = config.feeds.len(), "store ready");
 
     let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
     let (push_tx, push_rx) = mpsc::channel(config.push.queue);

@@ -186,21 +186,60 @@ fn default_server() -> String {
     "127.0.0.1:5347".into()
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
-    /// The SQLite file, created with its schema on first start.
-    #[serde(default = "default_db")]
-    pub path: PathBuf,
+    /// The SQLite file, created with its schema on first start (`smartfeeds.db` when neither
+    /// this nor `url` is set).
+    pub path: Option<PathBuf>,
+    /// A PostgreSQL database, `postgres://USER@HOST:PORT/DB`, instead of `path`: several
+    /// processes may then serve one component domain (SPEC §12).
+    pub url: Option<String>,
 }
 
-fn default_db() -> PathBuf {
-    "smartfeeds.db".into()
+/// Where the feeds are kept, as configured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreBackend<'a> {
+    Sqlite(&'a Path),
+    Postgres(&'a str),
 }
 
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig { path: default_db() }
+impl StoreConfig {
+    /// The store to open. Validation has checked that at most one of `path` and `url` is set.
+    pub fn backend(&self) -> StoreBackend<'_> {
+        match (&self.path, &self.url) {
+            (_, Some(url)) => StoreBackend::Postgres(url),
+            (Some(path), None) => StoreBackend::Sqlite(path),
+            (None, None) => StoreBackend::Sqlite(Path::new("smartfeeds.db")),
+        }
+    }
+
+    /// The store for logs and errors: the URL without its password.
+    pub fn describe(&self) -> String {
+        match self.backend() {
+            StoreBackend::Sqlite(path) => path.display().to_string(),
+            StoreBackend::Postgres(url) => redact(url),
+        }
+    }
+}
+
+/// A URL with the password of its user part, if any, replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let end = rest.find('/').unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => match rest[..at].split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+/// Never prints a password the URL may hold.
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig").field("path", &self.path).field("url", &self.url.as_deref().map(redact)).finish()
     }
 }
 
@@ -336,6 +375,14 @@ impl Config {
         }
         for a in &self.admins {
             check_bare_jid("admins", a)?;
+        }
+        if self.store.path.is_some() && self.store.url.is_some() {
+            return bad("store: set either path (SQLite) or url (PostgreSQL), not both".into());
+        }
+        if let Some(url) = &self.store.url
+            && let Err(why) = crate::store::postgres::parse_url(url)
+        {
+            return bad(format!("store.url {:?}: {why}", redact(url)));
         }
         let l = &self.limits;
         if l.default_page == 0 || l.max_page == 0 || l.default_page > l.max_page {
@@ -489,6 +536,23 @@ allowed = ["bob@x", "*@example.net"]
     }
 
     #[test]
+    fn the_store_is_sqlite_by_default_or_postgres_by_url_without_printing_its_password() {
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!(c.store.backend(), StoreBackend::Sqlite(Path::new("smartfeeds.db")));
+        let with =
+            |store: &str| Config::parse(&GOOD.replace("[[feeds]]", &format!("[store]\n{store}\n[[feeds]]"))).unwrap();
+        let c = with("path = \"/var/lib/x.db\"");
+        c.validate().unwrap();
+        assert_eq!(c.store.backend(), StoreBackend::Sqlite(Path::new("/var/lib/x.db")));
+        let c = with("url = \"postgres://feeds:s3cret@db.example:5433/feeds\"");
+        c.validate().unwrap();
+        assert_eq!(c.store.backend(), StoreBackend::Postgres("postgres://feeds:s3cret@db.example:5433/feeds"));
+        assert_eq!(c.store.describe(), "postgres://feeds:***@db.example:5433/feeds");
+        assert!(!format!("{c:?}").contains("s3cret"), "the password is not printed");
+        assert_eq!(redact("postgresql://u@h/d"), "postgresql://u@h/d");
+    }
+
+    #[test]
     fn unknown_key_is_named_with_its_line() {
         let err = Config::parse(&GOOD.replace("autocreate", "autocreat")).unwrap_err().to_string();
         assert!(err.contains("autocreat") && err.contains("line 3"), "{err}");
@@ -516,6 +580,11 @@ allowed = ["bob@x", "*@example.net"]
                 ),
                 "twice",
             ),
+            (GOOD.replace("[[feeds]]", "[store]\npath = \"a.db\"\nurl = \"postgres://u@h/d\"\n[[feeds]]"), "not both"),
+            (GOOD.replace("[[feeds]]", "[store]\nurl = \"mysql://u@h/d\"\n[[feeds]]"), "postgres://"),
+            (GOOD.replace("[[feeds]]", "[store]\nurl = \"postgres://u@h:notaport/d\"\n[[feeds]]"), "store.url"),
+            (GOOD.replace("[[feeds]]", "[store]\nurl = \"postgres://h/d\"\n[[feeds]]"), "no user"),
+            (GOOD.replace("[[feeds]]", "[store]\nurl = \"postgres://u@h/d?sslmode=require\"\n[[feeds]]"), "TLS"),
         ];
         for (text, needle) in cases {
             let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err().to_string();

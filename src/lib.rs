@@ -15,8 +15,9 @@
 //!   about who may do what is one call to `Policy::may`. It owns the traits it needs from
 //!   stores (`feed::ports`) and the service every face calls (`feed::service`), which also
 //!   says who receives each change.
-//! - [`store`]: implementations of `feed::ports`: SQLite with group commit (the only module
-//!   that speaks SQL) and an in-memory model that the conformance suite compares it to.
+//! - [`store`]: implementations of `feed::ports`: SQLite with group commit, PostgreSQL for
+//!   several processes on one database (the only modules that speak SQL), and an in-memory
+//!   model that the conformance suite compares them to.
 //! - [`xmpp`]: the XMPP face: one file per request kind (`xmpp::iq`: parse, apply, reply),
 //!   the XML payloads, the one error table, and the pusher that formats changes as headlines.
 //! - [`http`]: the HTTP face (axum): pull, long-poll, event streams, archives and publish

@@ -109,6 +109,13 @@ pub trait ReadTx {
 
 /// Writes inside one transaction; reads through it see the writes made so far.
 pub trait WriteTx: ReadTx {
+    /// The feed's row, to stamp items from: what [`ReadTx::feed`] reads, and where other
+    /// processes may write the same database (PostgreSQL), the row is also locked until this
+    /// transaction ends, so each feed's clock and tie order are assigned by one transaction
+    /// at a time and commit order is cursor order. Every caller of the write intents
+    /// (`publish`, `retract`) reads the row with this. A store with a single writer reads it
+    /// plainly: nothing else can change it before its transaction ends.
+    fn feed_for_update(&mut self, name: &str) -> StoreResult<Option<FeedRow>>;
     /// Creates a feed with zeroed counters.
     fn create_feed(&mut self, name: &str) -> StoreResult<FeedRow>;
     /// Saves a feed's counters (`items`, `last_t`, `last_mseq`).

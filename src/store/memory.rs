@@ -188,6 +188,11 @@ impl ReadTx for Tx<'_> {
 }
 
 impl WriteTx for Tx<'_> {
+    /// A plain read: writes are serialised by the store's lock.
+    fn feed_for_update(&mut self, name: &str) -> StoreResult<Option<FeedRow>> {
+        self.feed(name)
+    }
+
     fn create_feed(&mut self, name: &str) -> StoreResult<FeedRow> {
         let state = self.state();
         if state.feeds.contains_key(name) {

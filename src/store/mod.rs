@@ -1,7 +1,9 @@
 //! Stores: each implements the core's [`crate::feed::ports`] and only keeps what the core
-//! decides. [`sqlite`] is the durable one; [`memory`] is a small model kept in maps, the
+//! decides. [`sqlite`] is the durable one on one machine; [`postgres`] keeps feeds in
+//! PostgreSQL, for several processes serving one database; [`memory`] is a small model kept in maps, the
 //! reference the conformance suite holds every store to and the store of the core's own
 //! tests.
 
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;

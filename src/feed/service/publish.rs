@@ -60,9 +60,13 @@ impl<S: Store> Service<S> {
         let (now, order) = ((self.clock)(), self.policy.feed(&target.feed).order);
         self.store
             .write(move |tx| {
-                let mut feed = match tx.feed(&target.feed)? {
+                let mut feed = match tx.feed_for_update(&target.feed)? {
                     Some(f) => f,
-                    None if target.create => tx.create_feed(&target.feed)?,
+                    // Another process may have created it since: then publish into that one.
+                    None if target.create => match tx.create_feed(&target.feed) {
+                        Ok(f) => f,
+                        Err(e) => tx.feed_for_update(&target.feed)?.ok_or(e)?,
+                    },
                     None => return Err(no_feed(&target.feed)),
                 };
                 tx.publish(&mut feed, id, entry, now, order)
@@ -83,7 +87,7 @@ impl<S: Store> Service<S> {
         let (now, order) = ((self.clock)(), self.policy.feed(&target.feed).order);
         self.store
             .write(move |tx| {
-                let mut feed = tx.feed(&target.feed)?.ok_or_else(|| no_feed(&target.feed))?;
+                let mut feed = tx.feed_for_update(&target.feed)?.ok_or_else(|| no_feed(&target.feed))?;
                 tx.retract(&mut feed, &id, now, order)
             })
             .await

@@ -4,7 +4,7 @@
 use super::codec::{distinct_terms, encode_categories, payload_columns};
 use super::mcounts;
 use super::read::SqlTx;
-use crate::feed::ports::{FeedRow, StoreError, StoreResult, Subscription, WriteTx};
+use crate::feed::ports::{FeedRow, ReadTx, StoreError, StoreResult, Subscription, WriteTx};
 use crate::feed::{Change, Item};
 use rusqlite::{OptionalExtension, params};
 
@@ -27,6 +27,11 @@ impl SqlTx<'_> {
 }
 
 impl WriteTx for SqlTx<'_> {
+    /// A plain read: the one writer thread is the only one that changes feed rows.
+    fn feed_for_update(&mut self, name: &str) -> StoreResult<Option<FeedRow>> {
+        self.feed(name)
+    }
+
     fn create_feed(&mut self, name: &str) -> StoreResult<FeedRow> {
         let mut st = self.conn.prepare_cached("INSERT INTO feeds(name) VALUES (?1)")?;
         st.execute([name])?;

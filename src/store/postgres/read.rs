@@ -1,0 +1,425 @@
+//! [`ReadTx`] over one PostgreSQL connection that is inside a transaction: keyset scans,
+//! counts, ranks and positions, and subscription lookups. The caller owns the transaction
+//! (a `REPEATABLE READ READ ONLY` snapshot for readers, the batch's write transaction for
+//! the writer).
+//!
+//! Every call blocks its thread on the runtime ([`tokio::runtime::Handle::block_on`]): the
+//! core's closures are synchronous, so they run on a blocking thread (a reader's
+//! `spawn_blocking` or the writer's own thread), never on an async worker.
+
+use super::mcounts;
+use crate::feed::ports::{FeedRow, ReadTx, Scope, StoreError, StoreResult, Subscription};
+use crate::feed::{Change, Item, Key, OrderBy, Payload};
+use deadpool_postgres::Object;
+use std::cell::RefCell;
+use tokio::runtime::Handle;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+/// A parameter of a statement.
+pub(crate) type Param<'a> = &'a (dyn ToSql + Sync);
+
+/// A transaction's view of a connection that is already inside one: reads here, writes in
+/// `write.rs`.
+pub(crate) struct PgTx<'c> {
+    pub(crate) client: &'c Object,
+    pub(crate) rt: &'c Handle,
+    /// Changes emitted by the closure running now; the writer takes them when it succeeds.
+    pub(crate) changes: Vec<Change>,
+    /// The first statement that failed. PostgreSQL aborts the transaction (or savepoint) on
+    /// any error, so a closure that went on after one cannot succeed: its caller gets this.
+    pub(crate) failed: RefCell<Option<StoreError>>,
+}
+
+impl<'c> PgTx<'c> {
+    pub(crate) fn new(client: &'c Object, rt: &'c Handle) -> PgTx<'c> {
+        PgTx { client, rt, changes: Vec::new(), failed: RefCell::new(None) }
+    }
+
+    fn note(&self, e: tokio_postgres::Error) -> StoreError {
+        let e = StoreError::from(e);
+        self.failed.borrow_mut().get_or_insert_with(|| e.clone());
+        e
+    }
+
+    /// Runs a statement from the connection's statement cache; all its rows.
+    pub(crate) fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>> {
+        let run = async {
+            let st = self.client.prepare_cached(sql).await?;
+            self.client.query(&st, params).await
+        };
+        self.rt.block_on(run).map_err(|e| self.note(e))
+    }
+
+    /// At most one row.
+    pub(crate) fn query_opt(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Option<Row>> {
+        let run = async {
+            let st = self.client.prepare_cached(sql).await?;
+            self.client.query_opt(&st, params).await
+        };
+        self.rt.block_on(run).map_err(|e| self.note(e))
+    }
+
+    /// Exactly one row.
+    pub(crate) fn query_one(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Row> {
+        let run = async {
+            let st = self.client.prepare_cached(sql).await?;
+            self.client.query_one(&st, params).await
+        };
+        self.rt.block_on(run).map_err(|e| self.note(e))
+    }
+
+    /// How many rows a statement changed.
+    pub(crate) fn execute(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<u64> {
+        let run = async {
+            let st = self.client.prepare_cached(sql).await?;
+            self.client.execute(&st, params).await
+        };
+        self.rt.block_on(run).map_err(|e| self.note(e))
+    }
+
+    /// A column of a row, its conversion failure noted like a statement's.
+    pub(crate) fn get<'r, T: tokio_postgres::types::FromSql<'r>>(&self, row: &'r Row, i: usize) -> StoreResult<T> {
+        row.try_get(i).map_err(|e| self.note(e))
+    }
+
+    fn count_rows(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<u64> {
+        let row = self.query_one(sql, params)?;
+        Ok(self.get::<i64>(&row, 0)?.max(0) as u64)
+    }
+}
+
+/// A statement being built: SQL text and its parameters, kept in step (`$1`, `$2`, …).
+pub(crate) struct Query {
+    pub(crate) sql: String,
+    pub(crate) args: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl Query {
+    pub(crate) fn new(head: &str) -> Query {
+        Query { sql: head.to_string(), args: Vec::new() }
+    }
+    fn push(&mut self, sql: &str) -> &mut Self {
+        self.sql.push_str(sql);
+        self
+    }
+    fn arg(&mut self, v: impl ToSql + Sync + Send + 'static) -> &mut Self {
+        self.args.push(Box::new(v));
+        self.sql.push_str(&format!("${}", self.args.len()));
+        self
+    }
+    pub(crate) fn params(&self) -> Vec<Param<'_>> {
+        self.args.iter().map(|a| a.as_ref() as Param<'_>).collect()
+    }
+}
+
+/// The `items` columns [`item_from_row`] expects, in order, for a table aliased `i`.
+pub(crate) const ITEM_COLUMNS: &str =
+    "i.id, i.cseq, i.ctime, i.mseq, i.mtime, i.author, i.atom_id, i.categories, i.deleted, i.when_ms, i.payload";
+
+impl PgTx<'_> {
+    /// Reads an item from a row selected with [`ITEM_COLUMNS`].
+    fn item_from_row(&self, row: &Row) -> StoreResult<Item> {
+        let payload: Vec<u8> = self.get(row, 10)?;
+        let payload =
+            String::from_utf8(payload).map_err(|_| StoreError::Corrupt("an item's payload is not UTF-8".into()))?;
+        let payload = if self.get::<bool>(row, 8)? {
+            let when: Option<i64> = self.get(row, 9)?;
+            let when = when.ok_or_else(|| StoreError::Corrupt("a tombstone without a time".into()))?;
+            Payload::Tombstone { atom_ref: payload, when }
+        } else {
+            Payload::Entry(payload)
+        };
+        Ok(Item {
+            id: self.get(row, 0)?,
+            created: Key { seq: self.get(row, 1)?, t: self.get(row, 2)? },
+            modified: Key { seq: self.get(row, 3)?, t: self.get(row, 4)? },
+            author: self.get(row, 5)?,
+            atom_id: self.get(row, 6)?,
+            categories: self.get(row, 7)?,
+            payload,
+        })
+    }
+
+    fn items(&self, rows: Vec<Row>) -> StoreResult<Vec<Item>> {
+        rows.iter().map(|r| self.item_from_row(r)).collect()
+    }
+
+    /// The store's own count of the feed's items (see `feeds.n_items` in the schema).
+    fn n_items(&self, feed: i64) -> StoreResult<u64> {
+        let row = self.query_opt("SELECT n_items FROM feeds WHERE id = $1", &[&feed])?;
+        Ok(match row {
+            Some(r) => self.get::<i64>(&r, 0)?.max(0) as u64,
+            None => 0,
+        })
+    }
+
+    /// The seq of the first item of the (unfiltered) order at or after `key`.
+    fn first_seq_from(&self, feed: i64, by: OrderBy, key: Key) -> StoreResult<Option<i64>> {
+        let row = self.query_opt(first_seq_sql(by), &[&feed, &key.t, &key.seq])?;
+        row.map(|r| self.get(&r, 0)).transpose()
+    }
+
+    pub(crate) fn feed_row(&self, sql: &str, name: &str) -> StoreResult<Option<FeedRow>> {
+        let row = self.query_opt(sql, &[&name])?;
+        row.map(|r| self.feed_from_row(&r)).transpose()
+    }
+
+    fn feed_from_row(&self, r: &Row) -> StoreResult<FeedRow> {
+        Ok(FeedRow {
+            id: self.get(r, 0)?,
+            name: self.get(r, 1)?,
+            items: self.get::<i64>(r, 2)?.max(0) as u64,
+            last_t: self.get(r, 3)?,
+            last_mseq: self.get(r, 4)?,
+        })
+    }
+
+    fn subs(&self, rows: Vec<Row>) -> StoreResult<Vec<Subscription>> {
+        rows.iter()
+            .map(|r| {
+                Ok(Subscription {
+                    node: self.get(r, 0)?,
+                    view: self.get(r, 1)?,
+                    jid: self.get(r, 2)?,
+                    subid: self.get(r, 3)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The ordering columns of a scope: what `Key::t` and `Key::seq` are in its SQL.
+struct KeyCols {
+    t: &'static str,
+    s: &'static str,
+}
+
+/// The scope's key columns: the category index carries its own copy of both keys.
+fn key_cols(scope: &Scope<'_>) -> KeyCols {
+    match (scope.filter.category.is_some(), scope.by) {
+        (true, OrderBy::Created) => KeyCols { t: "c.ctime", s: "c.cseq" },
+        (true, OrderBy::Modified) => KeyCols { t: "c.mtime", s: "c.mseq" },
+        (false, OrderBy::Created) => KeyCols { t: "i.ctime", s: "i.cseq" },
+        (false, OrderBy::Modified) => KeyCols { t: "i.mtime", s: "i.mseq" },
+    }
+}
+
+/// Appends the scope's `FROM … WHERE …` (feed and filter) and returns its key columns: one
+/// index of `items`, or the category index joined to `items` by `(feed, cseq)`. Either way
+/// the `ORDER BY` matches the index, so pages come without a sort and stop at `LIMIT`.
+fn scope_from(q: &mut Query, scope: &Scope<'_>) -> KeyCols {
+    match &scope.filter.category {
+        Some(term) => {
+            q.push(" FROM item_categories c JOIN items i ON i.feed = c.feed AND i.cseq = c.cseq WHERE c.feed = ")
+                .arg(scope.feed)
+                .push(" AND c.term = ")
+                .arg(term.clone());
+        }
+        None => {
+            q.push(" FROM items i WHERE i.feed = ").arg(scope.feed);
+        }
+    }
+    if let Some(author) = &scope.filter.author {
+        q.push(" AND i.author = ").arg(author.clone());
+    }
+    key_cols(scope)
+}
+
+/// The keyset query of [`ReadTx::scan`]: bounds as row comparisons on the index's own
+/// columns, never an OFFSET.
+pub(crate) fn scan_query(
+    scope: &Scope<'_>,
+    after: Option<Key>,
+    before: Option<Key>,
+    descending: bool,
+    limit: usize,
+) -> Query {
+    let mut q = Query::new(&format!("SELECT {ITEM_COLUMNS}"));
+    let cols = scope_from(&mut q, scope);
+    if let Some(a) = after {
+        key_bound(&mut q, &cols, ">", a);
+    }
+    if let Some(b) = before {
+        key_bound(&mut q, &cols, "<", b);
+    }
+    let dir = if descending { " DESC" } else { "" };
+    q.push(&format!(" ORDER BY {}{dir}, {}{dir} LIMIT ", cols.t, cols.s)).arg(limit_arg(limit));
+    q
+}
+
+/// Counts the items of a (filtered) scope, all of them or those below `below`.
+pub(crate) fn count_query(scope: &Scope<'_>, below: Option<Key>) -> Query {
+    let mut q = Query::new("SELECT COUNT(*)");
+    let cols = scope_from(&mut q, scope);
+    if let Some(k) = below {
+        key_bound(&mut q, &cols, "<", k);
+    }
+    q
+}
+
+/// The key at an ascending position of a filtered scope. Filtered views have no counts of
+/// their own; the OFFSET walks the filter's index entries only.
+pub(crate) fn nth_query(scope: &Scope<'_>, offset: i64) -> Query {
+    let cols = key_cols(scope);
+    let mut q = Query::new(&format!("SELECT {}, {}", cols.t, cols.s));
+    scope_from(&mut q, scope);
+    q.push(&format!(" ORDER BY {}, {} LIMIT 1 OFFSET ", cols.t, cols.s)).arg(offset);
+    q
+}
+
+/// The ids at time `t` up to `upto_seq`, in tie order.
+pub(crate) fn ties_query(scope: &Scope<'_>, t: i64, upto_seq: i64, limit: usize) -> Query {
+    let mut q = Query::new("SELECT i.id");
+    let cols = scope_from(&mut q, scope);
+    q.push(&format!(" AND {} = ", cols.t)).arg(t);
+    q.push(&format!(" AND {} <= ", cols.s)).arg(upto_seq);
+    q.push(&format!(" ORDER BY {}, {} LIMIT ", cols.t, cols.s)).arg(limit_arg(limit));
+    q
+}
+
+/// The seq of the first item of an unfiltered order at or after a key.
+pub(crate) fn first_seq_sql(by: OrderBy) -> &'static str {
+    match by {
+        OrderBy::Created => {
+            "SELECT cseq FROM items WHERE feed = $1 AND (ctime, cseq) >= ($2, $3) ORDER BY ctime, cseq LIMIT 1"
+        }
+        OrderBy::Modified => {
+            "SELECT mseq FROM items WHERE feed = $1 AND (mtime, mseq) >= ($2, $3) ORDER BY mtime, mseq LIMIT 1"
+        }
+    }
+}
+
+/// The key of the item with a given created seq (`nth` in unfiltered created order).
+pub(crate) const BY_CSEQ_SQL: &str = "SELECT ctime, cseq FROM items WHERE feed = $1 AND cseq = $2";
+
+fn key_bound(q: &mut Query, cols: &KeyCols, op: &str, key: Key) {
+    q.push(&format!(" AND ({}, {}) {op} (", cols.t, cols.s)).arg(key.t).push(", ").arg(key.seq).push(")");
+}
+
+fn limit_arg(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+pub(crate) const FEED_SQL: &str = "SELECT id, name, items, last_t, last_mseq FROM feeds WHERE name = $1";
+
+impl ReadTx for PgTx<'_> {
+    fn feed(&self, name: &str) -> StoreResult<Option<FeedRow>> {
+        self.feed_row(FEED_SQL, name)
+    }
+
+    fn feeds(&self, after: Option<&str>, limit: usize) -> StoreResult<Vec<FeedRow>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = limit_arg(limit);
+        let rows = match after {
+            Some(after) => self.query(
+                "SELECT id, name, items, last_t, last_mseq FROM feeds WHERE name > $1 ORDER BY name LIMIT $2",
+                &[&after, &limit],
+            )?,
+            None => {
+                self.query("SELECT id, name, items, last_t, last_mseq FROM feeds ORDER BY name LIMIT $1", &[&limit])?
+            }
+        };
+        rows.iter().map(|r| self.feed_from_row(r)).collect()
+    }
+
+    fn item(&self, feed: i64, id: &str) -> StoreResult<Option<Item>> {
+        let sql = format!("SELECT {ITEM_COLUMNS} FROM items i WHERE i.feed = $1 AND i.id = $2");
+        let row = self.query_opt(&sql, &[&feed, &id])?;
+        row.map(|r| self.item_from_row(&r)).transpose()
+    }
+
+    fn scan(
+        &self,
+        scope: Scope<'_>,
+        after: Option<Key>,
+        before: Option<Key>,
+        descending: bool,
+        limit: usize,
+    ) -> StoreResult<Vec<Item>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let q = scan_query(&scope, after, before, descending, limit);
+        let rows = self.query(&q.sql, &q.params())?;
+        self.items(rows)
+    }
+
+    fn count(&self, scope: Scope<'_>) -> StoreResult<u64> {
+        if scope.filter.is_empty() {
+            return self.n_items(scope.feed);
+        }
+        let q = count_query(&scope, None);
+        self.count_rows(&q.sql, &q.params())
+    }
+
+    fn rank(&self, scope: Scope<'_>, key: Key) -> StoreResult<u64> {
+        if scope.filter.is_empty() {
+            // The items below `key` are exactly those before the first item at or after it.
+            let Some(seq) = self.first_seq_from(scope.feed, scope.by, key)? else {
+                return self.n_items(scope.feed);
+            };
+            return match scope.by {
+                // Created seqs are dense from 1 and follow key order.
+                OrderBy::Created => Ok(seq.saturating_sub(1).max(0) as u64),
+                OrderBy::Modified => mcounts::count_below(self, scope.feed, seq),
+            };
+        }
+        let q = count_query(&scope, Some(key));
+        self.count_rows(&q.sql, &q.params())
+    }
+
+    fn nth(&self, scope: Scope<'_>, index: u64) -> StoreResult<Option<Key>> {
+        let Ok(offset) = i64::try_from(index) else { return Ok(None) };
+        let row = if scope.filter.is_empty() {
+            if index >= self.n_items(scope.feed)? {
+                return Ok(None);
+            }
+            match scope.by {
+                OrderBy::Created => self.query_opt(BY_CSEQ_SQL, &[&scope.feed, &(offset + 1)])?,
+                OrderBy::Modified => return mcounts::nth(self, scope.feed, index),
+            }
+        } else {
+            let q = nth_query(&scope, offset);
+            self.query_opt(&q.sql, &q.params())?
+        };
+        row.map(|r| Ok(Key { t: self.get(&r, 0)?, seq: self.get(&r, 1)? })).transpose()
+    }
+
+    fn ties(&self, scope: Scope<'_>, t: i64, upto_seq: i64, limit: usize) -> StoreResult<Vec<String>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let q = ties_query(&scope, t, upto_seq, limit);
+        let rows = self.query(&q.sql, &q.params())?;
+        rows.iter().map(|r| self.get(r, 0)).collect()
+    }
+
+    fn subscribed_views(&self, feed: i64) -> StoreResult<Vec<String>> {
+        let rows = self.query("SELECT DISTINCT view FROM subscriptions WHERE feed = $1 ORDER BY view", &[&feed])?;
+        rows.iter().map(|r| self.get(r, 0)).collect()
+    }
+
+    fn subscribers(&self, feed: i64, view: &str) -> StoreResult<Vec<Subscription>> {
+        let rows = self.query(
+            "SELECT node, view, jid, subid FROM subscriptions WHERE feed = $1 AND view = $2 ORDER BY jid",
+            &[&feed, &view],
+        )?;
+        self.subs(rows)
+    }
+
+    fn subscriptions_of(&self, bare: &str) -> StoreResult<Vec<Subscription>> {
+        let rows = self.query(
+            "SELECT s.node, s.view, s.jid, s.subid FROM subscriptions s JOIN feeds f ON f.id = s.feed
+             WHERE s.bare = $1 ORDER BY f.name, s.view, s.jid",
+            &[&bare],
+        )?;
+        self.subs(rows)
+    }
+
+    fn subscription_count(&self, feed: i64) -> StoreResult<u64> {
+        self.count_rows("SELECT COUNT(*) FROM subscriptions WHERE feed = $1", &[&feed])
+    }
+}
