@@ -7,7 +7,9 @@
 --   @SECRET@          shared secret of the feeds.localhost and bench.localhost components
 --                     (demo: "secret")
 --   @LOG_LEVEL@       minimum log level: debug, info, warn or error (demo: info)
--- prosody/start.sh fills them in for the demo; tests/common/prosody.rs does the same for
+--   @PLUGIN_DIR@      absolute path of this directory (prosody/), where our own module
+--                     mod_component_multicast.lua lives
+-- prosody/start.sh fills them in for the demo; tests/common/server/prosody.rs does the same for
 -- every test (free ports, temporary directory). Keep both in step with this file.
 --
 -- Everything listens on 127.0.0.1 only, without TLS: never expose this setup.
@@ -24,6 +26,9 @@ log = {
 
 admins = { "admin@localhost" }
 
+-- Our own modules (mod_component_multicast) beside Prosody's.
+plugin_paths = { "@PLUGIN_DIR@" }
+
 -- Keep the module set minimal: what a c2s login, presence and iq routing need.
 -- presence, message, iq, c2s (and offline) are loaded by Prosody itself.
 modules_enabled = {
@@ -32,8 +37,11 @@ modules_enabled = {
 	"disco";     -- service discovery; lists the components as disco items of localhost
 	"ping";      -- XEP-0199 replies
 	"posix";     -- pid file, run_as_root, signals
+	"dialback";  -- server-to-server authentication (XEP-0220); disabled below with s2s
 }
 -- No server-to-server: nothing listens on 5269, so several instances can run side by side.
+-- (The federation test, tests/common/federation.rs, puts its s2s settings in place of
+-- these lines.)
 modules_disabled = { "s2s"; "s2s_auth_certs"; "dialback"; "tls" }
 s2s_ports = {}
 
@@ -64,6 +72,16 @@ VirtualHost "localhost"
 -- smartfeeds connects here (XEP-0114).
 Component "feeds.localhost"
 	component_secret = "@SECRET@"
+
+-- XEP-0033 multicast, offered to feeds.localhost only (prosody/mod_component_multicast.lua):
+-- smartfeeds finds it through disco#items on localhost and sends each change once per
+-- view, with the subscribers as bcc addresses, instead of once per subscriber. Start Prosody
+-- with SMARTFEEDS_PROSODY_MULTICAST=off in its environment to leave it out (smartfeeds
+-- then sends one message per subscriber, as it does with any server without multicast).
+if ENV_SMARTFEEDS_PROSODY_MULTICAST ~= "off" then
+	Component "multicast.localhost" "component_multicast"
+		multicast_senders = { "feeds.localhost" }
+end
 
 -- The load tool (smartfeeds-load) connects here, so it needs no client accounts: a
 -- component may send from any JID of its domain (sub1@bench.localhost, …). Same secret.

@@ -9,6 +9,8 @@
 #   PROSODY_COMPONENT_PORT  XEP-0114 component port [5347]
 #   PROSODY_SECRET          secret of the feeds.localhost component [secret]
 #   PROSODY_LOG_LEVEL       debug, info, warn, error [info]
+#   SMARTFEEDS_PROSODY_MULTICAST=off  leave out multicast.localhost, the XEP-0033 service
+#                           for feeds.localhost (prosody/mod_component_multicast.lua)
 #   PROSODY_NETWORK_DEFAULTS=1  leave out the network tuning of prosody.cfg.lua (read size,
 #                           Nagle), to measure Prosody as it comes
 #
@@ -18,7 +20,8 @@
 #   bot@localhost     a feed publisher
 #   alice@localhost   a reader
 #   bob@localhost     another reader
-# Components: feeds.localhost (external, secret above), pubsub.localhost (Prosody's pubsub).
+# Components: feeds.localhost (external, secret above), pubsub.localhost (Prosody's pubsub),
+# multicast.localhost (XEP-0033 for feeds.localhost).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -68,6 +71,7 @@ sed -e "$untune" \
     -e "s|@DATA@|$run_dir|g" \
     -e "s|@SECRET@|$secret|g" \
     -e "s|@LOG_LEVEL@|$log_level|g" \
+    -e "s|@PLUGIN_DIR@|$here|g" \
     "$here/prosody.cfg.lua" > "$config"
 
 # Accounts for authentication = "internal_plain": one Lua file per user.

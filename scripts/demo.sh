@@ -74,6 +74,15 @@ smartfeeds is running: the component feeds.localhost, connected to a private Pro
     - subscribe:  <subscribe node="comments?order=modified" jid="alice@localhost"/>
     - publish as bot@localhost to node "comments" and watch the push arrive.
 
+  Over HTTP (see README, "The HTTP face"):
+    - the page:   http://127.0.0.1:8080/   (feeds you may read, newest items, live)
+    - pull:       curl 'http://127.0.0.1:8080/feeds/comments/?order=modified&max=10'
+    - stream:     curl -N -H 'Accept: text/event-stream' 'http://127.0.0.1:8080/feeds/comments/?order=modified'
+    - publish:    curl -X PUT -H 'Authorization: Bearer demo-bot-token-0123456789' \
+                    -H 'Content-Type: application/atom+xml' \
+                    --data '<entry xmlns="http://www.w3.org/2005/Atom"><title>Hi</title></entry>' \
+                    http://127.0.0.1:8080/feeds/comments/items/hello
+
   Logs:  $run/smartfeeds.log, $run/prosody/prosody.log
   Stop:  scripts/demo.sh --stop
 EOT

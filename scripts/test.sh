@@ -2,9 +2,9 @@
 # Runs the whole test suite: unit and property tests, and the end-to-end tests that start
 # private XMPP servers on free loopback ports — first everything against Prosody 0.12, then
 # the end-to-end tests (tests/e2e_*.rs) again against ejabberd 23.01
-# (SMARTFEEDS_TEST_SERVER=ejabberd; see tests/common/host.rs). Installs Prosody, ejabberd
-# and PostgreSQL (Debian packages; the PostgreSQL store's tests start private servers) if they
-# are missing. Exits non-zero if either run fails; both always run.
+# (SMARTFEEDS_TEST_SERVER=ejabberd; see tests/common/server/select.rs). Installs Prosody, ejabberd,
+# chromium and PostgreSQL (Debian packages; the PostgreSQL store's tests start private servers)
+# if they are missing. Exits non-zero if either run fails; both always run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +13,7 @@ command -v prosody >/dev/null 2>&1 || [ -x /usr/bin/prosody ] || missing+=(proso
 command -v ejabberdctl >/dev/null 2>&1 || [ -x /usr/sbin/ejabberdctl ] || missing+=(ejabberd)
 # Prosody resolves s2s peers with libunbound; the federation test needs it (not the machine's resolver).
 dpkg -s lua-unbound >/dev/null 2>&1 || missing+=(lua-unbound)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium) # the HTTP page's browser test
 # The PostgreSQL store's tests start private servers of their own (initdb, pg_ctl).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -168,8 +168,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let weak_changes = change_tx.downgrade();
     let m = metrics.clone();
     let observer: crate::feed::ports::CommitObserver = Box::new(move |batch, took| m.commit(batch, took));
-    let sink = change_sink(change_tx, metrics.clone());
-    let changes = Changes { rx: change_rx, weak: weak_changes };
+    // The store's one change sink feeds every face: XMPP pushes, and HTTP wake-ups when
+    // the HTTP face runs. Each hands changes over without waiting.
+    let wakeups = crate::http::longpoll::Wakeups::new();
+    let mut sinks = vec![change_sink(change_tx, metrics.clone())];
+    let wake_rx = config.http.as_ref().map(|_| {
+        let (sink, rx) = wakeups.sink();
+        sinks.push(sink);
+        rx
+    });
+    let sink = fan_out(sinks);
+    let changes = Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx };
     match config.store.backend() {
         StoreBackend::Sqlite(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -202,12 +211,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 struct Changes {
     rx: mpsc::Receiver<Change>,
     weak: mpsc::WeakSender<Change>,
+    /// The HTTP face's long-poll and event-stream wake-ups, and their feed when it runs.
+    wakeups: Arc<crate::http::longpoll::Wakeups>,
+    wake_rx: Option<mpsc::Receiver<Change>>,
 }
 
 /// Serves the component over an open store until SIGTERM or ctrl-c.
 async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, changes: Changes) -> anyhow::Result<()> {
     let me = Jid::new(&config.component.jid).context("component.jid")?;
-    let Changes { rx: change_rx, weak: weak_changes } = changes;
+    let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx } = changes;
     let svc = Service::new(store, Arc::new(config.policy()), system_clock());
     let notifier = Arc::new(Notifier::new(svc.clone(), me.clone(), metrics.clone()));
     svc.init().await.context("creating the configured feeds")?;
@@ -226,6 +238,36 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
             }
         };
         tokio::spawn(crate::metrics::serve(listener, metrics.clone(), Arc::new(refresh)));
+    }
+    let (http_stop_tx, http_stop_rx) = watch::channel(false);
+    let mut http_task = None;
+    if let (Some(http), Some(wake_rx)) = (&config.http, wake_rx) {
+        let files = crate::http::raise_open_files();
+        let listener =
+            tokio::net::TcpListener::bind(http.listen).await.with_context(|| format!("http.listen {}", http.listen))?;
+        let settings = crate::http::Settings::from_config(http);
+        tracing::info!(addr = %http.listen, base = %settings.base, open_files = ?files, "HTTP face listening");
+        tokio::spawn(wakeups.clone().run(wake_rx));
+        let state = Arc::new(crate::http::HttpState {
+            svc: svc.clone(),
+            settings,
+            tokens: crate::http::auth::Tokens::new(
+                http.tokens.iter().map(|t| (t.token.clone(), crate::config::canonical_jid(&t.jid))),
+            ),
+            wakeups: wakeups.clone(),
+            limiter: Limiter::new(
+                config.limits.requests_per_second,
+                config.limits.request_burst,
+                config.limits.request_backlog,
+            ),
+            metrics: metrics.clone(),
+            closing: http_stop_rx.clone(),
+        });
+        let mut stop = http_stop_rx.clone();
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        http_task = Some(tokio::spawn(crate::http::serve(listener, state, stopped)));
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let n = notifier.clone();
@@ -261,6 +303,13 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
     }
     dispatcher.closing.store(true, Ordering::SeqCst);
     let _ = closing_tx.send(true);
+    // Held HTTP requests answer now; those in flight finish (bounded).
+    let _ = http_stop_tx.send(true);
+    if let Some(task) = http_task
+        && tokio::time::timeout(DRAIN, task).await.is_err()
+    {
+        tracing::warn!("HTTP requests still open after {DRAIN:?}; closing anyway");
+    }
     if tokio::time::timeout(DRAIN, dispatcher.slots.acquire_many(MAX_IN_FLIGHT)).await.is_err() {
         tracing::warn!("requests still in flight after {DRAIN:?}; closing anyway");
     }
@@ -275,6 +324,18 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// One change sink that hands every batch to each of `sinks` in turn.
+fn fan_out(mut sinks: Vec<crate::feed::ports::ChangeSink>) -> crate::feed::ports::ChangeSink {
+    Box::new(move |changes| {
+        if let Some((last, rest)) = sinks.split_last_mut() {
+            for sink in rest {
+                sink(changes.clone());
+            }
+            last(changes);
+        }
+    })
 }
 
 /// Takes an exclusive lock beside the database for the life of the process.

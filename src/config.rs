@@ -26,8 +26,110 @@ pub struct Config {
     pub push: PushConfig,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// The HTTP face (SPEC §9, §11); no HTTP listener when absent.
+    #[serde(default)]
+    pub http: Option<HttpConfig>,
     #[serde(default)]
     pub feeds: Vec<FeedConfig>,
+}
+
+/// The HTTP face: `[http]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// `ip:port` to listen on.
+    #[serde(default = "default_http_listen")]
+    pub listen: std::net::SocketAddr,
+    /// The public prefix written into links; `http://LISTEN` when absent.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The longest long-poll a client may ask for, seconds.
+    #[serde(default = "default_max_timeout")]
+    pub max_timeout: u64,
+    /// `Cache-Control: max-age` of pull answers, seconds.
+    #[serde(default)]
+    pub cache_max_age: u64,
+    /// Items per archive document (SPEC §11).
+    #[serde(default = "default_archive_page")]
+    pub archive_page: u64,
+    /// `Cache-Control: max-age` of full archive documents, seconds.
+    #[serde(default = "default_archive_max_age")]
+    pub archive_max_age: u64,
+    /// Who an HTTP request is: `Authorization: Bearer TOKEN` acts as `jid`.
+    #[serde(default)]
+    pub tokens: Vec<HttpToken>,
+}
+
+fn default_http_listen() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+fn default_max_timeout() -> u64 {
+    300
+}
+fn default_archive_page() -> u64 {
+    100
+}
+fn default_archive_max_age() -> u64 {
+    3600
+}
+
+/// Shortest bearer token accepted.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// One `[[http.tokens]]`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpToken {
+    pub jid: String,
+    pub token: String,
+}
+
+impl std::fmt::Debug for HttpToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpToken").field("jid", &self.jid).field("token", &"<redacted>").finish()
+    }
+}
+
+impl HttpConfig {
+    /// The public prefix, without a trailing `/`.
+    pub fn base(&self) -> String {
+        match &self.base_url {
+            Some(b) => b.trim_end_matches('/').to_string(),
+            None => format!("http://{}", self.listen),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |msg: String| Err(ConfigError::Invalid(msg));
+        if let Some(b) = &self.base_url
+            && !(b.starts_with("http://") || b.starts_with("https://"))
+        {
+            return bad(format!("http.base_url {b:?} is not an http:// or https:// URL"));
+        }
+        if self.max_timeout == 0 || self.max_timeout > 3600 {
+            return bad("http.max_timeout must be 1 to 3600 seconds".into());
+        }
+        if self.archive_page == 0 || self.archive_page > 10_000 {
+            return bad("http.archive_page must be 1 to 10000".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (n, t) in self.tokens.iter().enumerate() {
+            check_bare_jid(&format!("http.tokens[{n}].jid"), &t.jid)?;
+            if t.token.chars().count() < MIN_TOKEN_LEN {
+                return bad(format!(
+                    "http.tokens[{n}] ({}): the token is shorter than {MIN_TOKEN_LEN} characters",
+                    t.jid
+                ));
+            }
+            if t.token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return bad(format!("http.tokens[{n}] ({}): the token holds blanks or control characters", t.jid));
+            }
+            if !seen.insert(t.token.as_str()) {
+                return bad(format!("http.tokens[{n}] ({}): the same token is given twice", t.jid));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The Prometheus endpoint.
@@ -242,6 +344,13 @@ impl Config {
         if let Ok(secret) = std::env::var("SMARTFEEDS_SECRET") {
             cfg.component.secret = secret;
         }
+        if let Some(http) = &mut cfg.http {
+            for (n, t) in http.tokens.iter_mut().enumerate() {
+                if let Ok(token) = std::env::var(format!("SMARTFEEDS_HTTP_TOKEN_{n}")) {
+                    t.token = token;
+                }
+            }
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -297,6 +406,15 @@ impl Config {
         {
             return bad(format!("metrics.listen {addr} is not a loopback address (metrics are not for the network)"));
         }
+        if let Some(http) = &self.http {
+            http.validate()?;
+            if http.archive_page > l.max_page {
+                return bad(format!(
+                    "http.archive_page {} is larger than limits.max_page {}",
+                    http.archive_page, l.max_page
+                ));
+            }
+        }
         let p = &self.push;
         if p.backlog == 0 || p.queue == 0 || p.bounce_limit == 0 {
             return bad("push: backlog, queue and bounce_limit must be positive".into());
@@ -329,11 +447,6 @@ impl Config {
             }
         }
         Ok(())
-    }
-
-    /// The configured feed with this name.
-    pub fn feed(&self, name: &str) -> Option<&FeedConfig> {
-        self.feeds.iter().find(|f| f.name == name)
     }
 }
 
@@ -379,7 +492,7 @@ impl FeedConfig {
 }
 
 /// A validated bare JID as the JID parser writes it (as senders' JIDs are compared).
-fn canonical_jid(s: &str) -> String {
+pub fn canonical_jid(s: &str) -> String {
     jid::BareJid::new(s).map_or_else(|_| s.to_string(), |j| j.to_string())
 }
 
@@ -454,6 +567,19 @@ allowed = ["bob@x", "*@example.net"]
             (GOOD.replace("access = \"whitelist\"", "default_order = \"up\""), "default_order"),
             (GOOD.replace("secret = \"s\"", "secret = \"\""), "secret"),
             (GOOD.replace("[[feeds]]", "[limits]\nrequests_per_domain = 0\n[[feeds]]"), "requests_per_domain"),
+            (GOOD.replace("[[feeds]]", "[http]\nlisten = \"nowhere\"\n[[feeds]]"), "listen"),
+            (
+                GOOD.replace("[[feeds]]", "[[http.tokens]]\njid = \"a@b\"\ntoken = \"short\"\n[[feeds]]"),
+                "shorter than 16",
+            ),
+            (
+                GOOD.replace(
+                    "[[feeds]]",
+                    "[[http.tokens]]\njid = \"a@b\"\ntoken = \"0123456789abcdef\"\n\
+                     [[http.tokens]]\njid = \"c@d\"\ntoken = \"0123456789abcdef\"\n[[feeds]]",
+                ),
+                "twice",
+            ),
             (GOOD.replace("[[feeds]]", "[store]\npath = \"a.db\"\nurl = \"postgres://u@h/d\"\n[[feeds]]"), "not both"),
             (GOOD.replace("[[feeds]]", "[store]\nurl = \"mysql://u@h/d\"\n[[feeds]]"), "postgres://"),
             (GOOD.replace("[[feeds]]", "[store]\nurl = \"postgres://u@h:notaport/d\"\n[[feeds]]"), "store.url"),

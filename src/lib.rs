@@ -20,13 +20,16 @@
 //!   model that the conformance suite compares them to.
 //! - [`xmpp`]: the XMPP face: one file per request kind (`xmpp::iq`: parse, apply, reply),
 //!   the XML payloads, the one error table, and the pusher that formats changes as headlines.
+//! - [`http`]: the HTTP face (axum): pull, long-poll, event streams, archives and publish
+//!   over HTTP, bearer tokens mapped to JIDs for the same `Policy::may`, held requests woken
+//!   by the change stream, and the small HTML page.
 //! - [`component`]: the XEP-0114 link: login, the XML stream with its limits, keepalive,
 //!   reconnects, and a shutdown that loses no request.
 //! - [`app`]: wiring: store, service, faces and link, run until SIGTERM, then drained.
 //! - [`config`]: the TOML configuration, validated with messages a human can act on, and
 //!   turned once into the core's `Policy`.
 //! - [`limiter`]: per-sender request rates, so a flood slows only its sender.
-//! - [`metrics`]: Prometheus counters and gauges, served on a loopback address.
+//! - [`metrics`]: Prometheus counters and gauges, served (on axum) on a loopback address.
 //! - [`logging`]: `tracing` set up for humans or as JSON lines.
 
 #![forbid(unsafe_code)]
@@ -35,6 +38,7 @@ pub mod app;
 pub mod component;
 pub mod config;
 pub mod feed;
+pub mod http;
 pub mod limiter;
 pub mod logging;
 pub mod metrics;

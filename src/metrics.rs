@@ -25,6 +25,19 @@ pub struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// The matched route, e.g. `/feeds/{feed}/`.
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeldLabel {
+    /// `longpoll` or `stream`.
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabel {
     pub queue: &'static str,
 }
@@ -43,6 +56,18 @@ pub struct Metrics {
     pub store_batch_size: Histogram,
     pub connected: Gauge,
     pub connects: Counter,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_request_seconds: Histogram,
+    pub http_held: Family<HeldLabel, Gauge>,
+}
+
+/// Counts one held request (long-poll or stream) for as long as it lives.
+pub struct HeldGuard(Gauge);
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl Default for Metrics {
@@ -86,7 +111,20 @@ impl Metrics {
         registry.register("connected", "1 while the link to the server is up", connected.clone());
         let connects = Counter::default();
         registry.register("connects", "successful logins to the server", connects.clone());
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        registry.register("http_requests", "HTTP requests answered, by route and status", http_requests.clone());
+        let http_request_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 20));
+        registry.register(
+            "http_request_seconds",
+            "time to the answer's head (long-polls included)",
+            http_request_seconds.clone(),
+        );
+        let http_held = Family::<HeldLabel, Gauge>::default();
+        registry.register("http_held", "HTTP requests held open, by kind (longpoll, stream)", http_held.clone());
         Metrics {
+            http_requests,
+            http_request_seconds,
+            http_held,
             registry,
             requests,
             request_seconds,
@@ -108,6 +146,19 @@ impl Metrics {
         self.request_seconds.get_or_create(&KindLabel { kind }).observe(took.as_secs_f64());
     }
 
+    /// One answered HTTP request.
+    pub fn http_request(&self, route: String, status: u16, took: Duration) {
+        self.http_requests.get_or_create(&HttpLabels { route, status }).inc();
+        self.http_request_seconds.observe(took.as_secs_f64());
+    }
+
+    /// One more held request of `kind` until the guard drops.
+    pub fn held(&self, kind: &'static str) -> HeldGuard {
+        let g = self.http_held.get_or_create(&HeldLabel { kind }).clone();
+        g.inc();
+        HeldGuard(g)
+    }
+
     /// One group commit.
     pub fn commit(&self, batch: usize, took: Duration) {
         self.store_commit_seconds.observe(took.as_secs_f64());
@@ -123,48 +174,40 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until the task is dropped. `refresh` updates the
-/// gauges that are read rather than counted (queue depths) just before each scrape.
-///
-/// A few lines of HTTP/1.0 rather than an HTTP stack: one path, one method, no keep-alive,
-/// request heads bounded in size and time.
+/// Serves `GET /metrics` on `listener` (on the same axum stack as the HTTP face) until the
+/// task is dropped. `refresh` updates the gauges that are read rather than counted (queue
+/// depths) just before each scrape.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: std::sync::Arc<Metrics>,
     refresh: std::sync::Arc<dyn Fn(&Metrics) + Send + Sync>,
 ) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    loop {
-        let Ok((mut socket, _)) = listener.accept().await else { continue };
-        let (metrics, refresh) = (metrics.clone(), refresh.clone());
-        tokio::spawn(async move {
-            let mut head = Vec::with_capacity(512);
-            let mut buf = [0u8; 512];
-            let read_head = async {
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-            };
-            if tokio::time::timeout(Duration::from_secs(5), read_head).await.is_err() {
-                return;
-            }
-            let (status, body) = if head.starts_with(b"GET /metrics ") || head.starts_with(b"GET /metrics?") {
-                refresh(&metrics);
-                ("200 OK", metrics.encode())
-            } else {
-                ("404 Not Found", "only GET /metrics is served here\n".to_string())
-            };
-            let response = format!(
-                "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = socket.write_all(response.as_bytes()).await;
-            let _ = socket.shutdown().await;
-        });
+    let app = router(metrics, refresh);
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::error!(error = %e, "the metrics listener failed");
     }
+}
+
+/// The `/metrics` route.
+pub fn router(
+    metrics: std::sync::Arc<Metrics>,
+    refresh: std::sync::Arc<dyn Fn(&Metrics) + Send + Sync>,
+) -> axum::Router {
+    use axum::http::{StatusCode, header};
+    let scrape = move || {
+        let (metrics, refresh) = (metrics.clone(), refresh.clone());
+        async move {
+            refresh(&metrics);
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics.encode())
+        }
+    };
+    axum::Router::new().route("/metrics", axum::routing::get(scrape)).fallback(|| async {
+        (
+            StatusCode::NOT_FOUND,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "only GET /metrics is served here\n",
+        )
+    })
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::Host;
 use common::pubsub::*;
 use common::smartfeeds::Smartfeeds;
+use common::start_selected;
 use common::{stanza_type, to_xml, xml};
 use minidom::Element;
 
@@ -44,7 +44,7 @@ fn status(reply: &Element) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admins_run_commands_and_nobody_else_does() {
-    let host = Host::start();
+    let host = start_selected();
     let _sf = Smartfeeds::start(&host, TABLES);
     let mut admin = host.login("admin").await;
     let mut bot = host.login("bot").await;

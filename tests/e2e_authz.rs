@@ -16,9 +16,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::ops::DerefMut;
 use std::time::Duration;
 
+use common::fixture::Fixture;
 use common::pubsub::*;
 use common::push::{PUBSUB_EVENT, subscribe_iq, subscriptions, unsubscribe_iq};
-use common::smartfeeds::Fixture;
 use common::{Component, Connection, error_condition, set_attr, stanza_type, to_xml, xml};
 use minidom::Element;
 
@@ -258,10 +258,10 @@ async fn connect_actors(fx: &Fixture) -> Vec<Actor> {
     for (role, name) in
         [(Role::Admin, "admin"), (Role::Publisher, "bot"), (Role::Member, "bob"), (Role::Local, "alice")]
     {
-        let client = fx.prosody.login(name).await;
+        let client = fx.server.login(name).await;
         actors.push(Actor { role, bare: format!("{name}@localhost"), from: None, conn: Box::new(client) });
     }
-    let bench = Component::connect(fx.prosody.component_port(), "bench.localhost", fx.prosody.secret()).await;
+    let bench = Component::connect(fx.server.component_port(), "bench.localhost", fx.server.secret()).await;
     actors.push(Actor { role: Role::Remote, bare: REMOTE.into(), from: Some(REMOTE.into()), conn: Box::new(bench) });
     actors
 }
@@ -283,7 +283,7 @@ async fn every_actor_every_action_every_access() {
 
     // The items the table works on: per feed, a base item per actor to update and a victim
     // per actor to retract; the closed feed also holds its secrets.
-    let mut bot = fx.prosody.login("bot").await;
+    let mut bot = fx.server.login("bot").await;
     let mut seeds = Vec::new();
     for feed in [Feed::Open, Feed::Closed, Feed::Domain] {
         for actor in &actors {
@@ -351,7 +351,7 @@ async fn every_actor_every_action_every_access() {
 
     // Refused changes changed nothing; allowed ones took effect.
     for feed in [Feed::Open, Feed::Closed, Feed::Domain] {
-        let mut admin = fx.prosody.login("admin").await;
+        let mut admin = fx.server.login("admin").await;
         for role in [Role::Admin, Role::Publisher, Role::Member, Role::Local, Role::Remote] {
             let t = tag(role);
             let ids = [format!("new-{t}"), format!("base-{t}"), format!("victim-{t}")];

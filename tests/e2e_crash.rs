@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use common::pubsub::*;
 use common::push::{subscribe_iq, subscriptions};
 use common::smartfeeds::Smartfeeds;
-use common::{Client, Connection, Prosody, error_condition, set_attr, stanza_type, to_xml};
+use common::{Client, Connection, Prosody, Server, TestServer, error_condition, set_attr, stanza_type, to_xml};
 use minidom::Element;
 
 /// Publisher accounts, each in the feed's `publishers`.
@@ -240,7 +240,7 @@ fn wait_for_log(path: &std::path::Path, needle: &str, n: usize, limit: Duration)
 }
 
 /// Logs in until it works (Prosody stays up throughout; this only guards slow starts).
-async fn login(prosody: &Prosody, name: &str) -> Client {
+async fn login(prosody: &TestServer<Prosody>, name: &str) -> Client {
     prosody.login(name).await
 }
 

@@ -1,16 +1,14 @@
 //! End to end, service discovery (SPEC §7, XEP-0030): a real XMPP server (Prosody or
-//! ejabberd, see `tests/common/host.rs`) and the real
+//! ejabberd, see `tests/common/server/select.rs`) and the real
 //! `smartfeeds` binary with configured feeds, shared by the tests of this file (none of
 //! which publishes, so the list of feeds is fixed).
 
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
-use std::panic::AssertUnwindSafe;
-use std::sync::OnceLock;
 
+use common::fixture::{Fixture, Shared};
 use common::pubsub::*;
-use common::smartfeeds::Fixture;
 use common::{Client, stanza_type, to_xml, xml};
 use minidom::Element;
 
@@ -46,26 +44,14 @@ allowed = ["bob@localhost"]
 "#;
 const OPEN_FEEDS: [&str; 5] = ["alpha", "beta", "delta", "epsilon", "gamma"];
 
-static FIXTURE: OnceLock<Result<Fixture, String>> = OnceLock::new();
+static FIXTURE: Shared<Fixture> = Shared::new();
 
 fn fixture() -> &'static Fixture {
-    let fx = FIXTURE.get_or_init(|| {
-        std::panic::catch_unwind(AssertUnwindSafe(|| Fixture::start(TABLES))).map_err(|panic| {
-            panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "start-up panicked".into())
-        })
-    });
-    match fx {
-        Ok(fx) => fx,
-        Err(e) => panic!("the shared fixture could not be set up: {e}"),
-    }
+    FIXTURE.get_or_start(|| Fixture::start(TABLES))
 }
 
 async fn login(name: &str) -> Client {
-    fixture().host.login(name).await
+    fixture().server.login(name).await
 }
 
 fn info_iq(node: Option<&str>) -> Element {

@@ -10,11 +10,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::federation::{Federation, REMOTE, free_port, metric};
+use common::federation::{Federation, REMOTE, metric};
+use common::process::free_port;
 use common::pubsub::*;
 use common::push::*;
 use common::smartfeeds::Smartfeeds;
-use common::{Client, Server, error_condition, stanza_type, to_xml, xml};
+use common::{Client, error_condition, stanza_type, to_xml, xml};
 
 const NEWS: &str = "news?order=created";
 /// Long enough for an s2s link to be opened (dialback both ways) on a loaded machine.
@@ -153,7 +154,7 @@ async fn a_remote_user_pulls_subscribes_and_catches_up_after_her_server_was_away
 
     // Back again: the subscriptions are there, pushes resume, and the first one shows the
     // gap, which a pull after the last cursor she saw fills exactly.
-    fed.remote.start_again();
+    fed.remote.restart();
     let mut alice = fed.remote.login("alice").await;
     let subs = alice.iq_timeout(subscriptions_iq(None), S2S).await;
     let mut nodes: Vec<String> = parse_subscriptions(&subs).into_iter().map(|s| s.node).collect();

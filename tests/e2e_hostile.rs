@@ -22,13 +22,11 @@
 
 mod common;
 
-use std::panic::AssertUnwindSafe;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use common::fixture::{Fixture, Shared};
 use common::pubsub::*;
 use common::push::{subscribe_iq, unsubscribe_iq};
-use common::smartfeeds::Fixture;
 use common::xml::{NS_STANZAS, base64};
 use common::{Client, error_condition, stanza_type, to_xml, xml};
 use minidom::Element;
@@ -55,33 +53,20 @@ name = "h"
 publishers = ["bot@localhost"]
 "#;
 
-static FIXTURE: OnceLock<Result<Fixture, String>> = OnceLock::new();
+static FIXTURE: Shared<Fixture> = Shared::new();
 
-/// The shared Prosody and smartfeeds, with a few items in `h`.
+/// The shared server and smartfeeds, with a few items in `h`.
 fn fixture() -> &'static Fixture {
-    let fx = FIXTURE.get_or_init(|| {
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let fx = Fixture::start(TABLES);
-            block_on_thread(seed(&fx));
-            fx
-        }))
-        .map_err(|panic| {
-            panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "start-up panicked".into())
-        })
-    });
-    match fx {
-        Ok(fx) => fx,
-        Err(e) => panic!("the shared fixture could not be set up: {e}"),
-    }
+    FIXTURE.get_or_start(|| {
+        let fx = Fixture::start(TABLES);
+        block_on_thread(seed(&fx));
+        fx
+    })
 }
 
 /// Five items in `h`, `h0` to `h4`, one after the other.
 async fn seed(fx: &Fixture) {
-    let mut bot = fx.prosody.login("bot").await;
+    let mut bot = fx.server.login("bot").await;
     for i in 0..5 {
         let id = format!("h{i}");
         let e = entry(&format!("urn:{id}"), &id, Some("Ann"), &["c"]);
@@ -108,7 +93,7 @@ async fn serving(fx: &Fixture, case: &str) -> Result<(), String> {
     if !running(fx) {
         return Err(format!("after {case}: smartfeeds is no longer running\n{}", fx.feeds.log_tail(10)));
     }
-    let mut alice = fx.prosody.login("alice").await;
+    let mut alice = fx.server.login("alice").await;
     let reply = alice.try_iq(Pull::node("h?order=created").iq(), Duration::from_secs(10)).await?;
     if stanza_type(&reply) != "result" {
         return Err(format!("after {case}: a normal pull fails: {}", to_xml(&reply)));
@@ -131,14 +116,14 @@ struct Raw {
 impl Raw {
     /// Logs `name@localhost` in on `fx`'s Prosody: stream, SASL PLAIN, stream restart, bind.
     async fn login(fx: &Fixture, name: &str) -> Raw {
-        let tcp = TcpStream::connect(("127.0.0.1", fx.prosody.c2s_port())).await.expect("connect");
+        let tcp = TcpStream::connect(("127.0.0.1", fx.server.c2s_port())).await.expect("connect");
         tcp.set_nodelay(true).expect("nodelay");
         let mut raw = Raw { tcp, inbox: Vec::new(), eof: false };
         let header = "<?xml version='1.0'?><stream:stream to='localhost' xmlns='jabber:client' \
                       xmlns:stream='http://etherx.jabber.org/streams' version='1.0'>";
         raw.send(header).await;
         raw.read_until("</stream:features>").await;
-        let auth = base64(format!("\0{name}\0{}", fx.prosody.password(name)).as_bytes());
+        let auth = base64(format!("\0{name}\0{}", fx.server.password(name)).as_bytes());
         raw.send(&format!("<auth xmlns='urn:ietf:params:xml:ns:xmpp-sasl' mechanism='PLAIN'>{auth}</auth>")).await;
         raw.read_until("<success").await;
         raw.inbox.clear();
@@ -236,7 +221,7 @@ async fn from_component(client: &mut Client, wait: Duration) -> Vec<Element> {
 #[tokio::test]
 async fn unknown_payloads_and_wrong_iq_types() {
     let fx = fixture();
-    let mut alice = fx.prosody.login("alice").await;
+    let mut alice = fx.server.login("alice").await;
     let to = format!(r#"to="{COMPONENT}""#);
 
     // The component: an unknown payload in a get or a set is service-unavailable.
@@ -292,8 +277,8 @@ async fn unknown_payloads_and_wrong_iq_types() {
 #[tokio::test]
 async fn pubsub_requests_missing_their_attributes() {
     let fx = fixture();
-    let mut alice = fx.prosody.login("alice").await;
-    let mut bot = fx.prosody.login("bot").await;
+    let mut alice = fx.server.login("alice").await;
+    let mut bot = fx.server.login("bot").await;
     let jid = alice.bare_jid().to_string();
     let ps = |body: &str, t: &str| {
         xml(&format!(r#"<iq type="{t}" to="{COMPONENT}"><pubsub xmlns="{PUBSUB}">{body}</pubsub></iq>"#))
@@ -433,7 +418,7 @@ fn is_empty_result(reply: &str) -> Result<(), String> {
 #[tokio::test]
 async fn thousands_of_item_ids() {
     let fx = fixture();
-    let mut alice = fx.prosody.login("alice").await;
+    let mut alice = fx.server.login("alice").await;
     // Under max_ids: served, unknown ids left out.
     let mut ids: Vec<String> = (0..MAX_IDS - 2).map(|i| format!("missing-{i}")).collect();
     ids.extend(["h1".to_string(), "h3".to_string()]);
@@ -459,7 +444,7 @@ async fn thousands_of_item_ids() {
 #[tokio::test]
 async fn rsm_numbers_out_of_range() {
     let fx = fixture();
-    let mut alice = fx.prosody.login("alice").await;
+    let mut alice = fx.server.login("alice").await;
     let node = "h?order=created";
     // 2^63 and u64::MAX - 1 as max: clamped, the whole (5-item) feed. The lexical forms
     // xs:int allows ("+3", "007") are numbers too.
@@ -494,7 +479,7 @@ async fn rsm_numbers_out_of_range() {
 #[tokio::test]
 async fn malformed_positions_and_node_names() {
     let fx = fixture();
-    let mut alice = fx.prosody.login("alice").await;
+    let mut alice = fx.server.login("alice").await;
     let me = alice.jid().to_string();
     for pos in [
         "cursor:",
@@ -545,7 +530,7 @@ async fn malformed_positions_and_node_names() {
 #[tokio::test]
 async fn payloads_over_the_limit() {
     let fx = fixture();
-    let mut bot = fx.prosody.login("bot").await;
+    let mut bot = fx.server.login("bot").await;
     // Over max_payload_bytes, under Prosody's limit: the component refuses it.
     let over = entry("urn:over", &"o".repeat(MAX_PAYLOAD + 30_000), None, &[]);
     assert!(over.len() < PROSODY_C2S_LIMIT - 1000);
@@ -561,7 +546,7 @@ async fn payloads_over_the_limit() {
     .await;
     let got = raw.until_closed().await;
     assert!(got.contains("policy-violation") && got.contains("stanza-too-big"), "{got}");
-    let mut alice = fx.prosody.login("alice").await;
+    let mut alice = fx.server.login("alice").await;
     let page = pull(&mut alice, &Pull::node("h").ids(&["over", "huge"])).await;
     assert!(page.items.is_empty(), "neither is stored: {}", page.raw.len());
     still_serving("payloads over the limit").await;
@@ -570,7 +555,7 @@ async fn payloads_over_the_limit() {
 #[tokio::test]
 async fn unsolicited_results_errors_messages_and_presence_are_ignored() {
     let fx = fixture();
-    let mut alice = fx.prosody.login("alice").await;
+    let mut alice = fx.server.login("alice").await;
     let stanzas = [
         format!(r#"<iq type="result" id="stray-1" to="{COMPONENT}"/>"#),
         format!(r#"<iq type="result" id="stray-2" to="{COMPONENT}"><query xmlns="{DISCO_INFO}"/></iq>"#),
@@ -599,7 +584,7 @@ async fn unsolicited_results_errors_messages_and_presence_are_ignored() {
     );
     // A message of type error from a subscriber only counts against that subscriber's own
     // deliveries (a bounce); it does not remove anyone else's subscription.
-    let mut bob = fx.prosody.login("bob").await;
+    let mut bob = fx.server.login("bob").await;
     let bob_jid = bob.jid().to_string();
     let reply = bob.iq(subscribe_iq("h?order=modified", &bob_jid)).await;
     assert_eq!(stanza_type(&reply), "result", "{}", to_xml(&reply));

@@ -10,13 +10,11 @@
 mod common;
 
 use std::collections::HashSet;
-use std::panic::AssertUnwindSafe;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use common::fixture::{Fixture, Shared};
 use common::pubsub::*;
 use common::push::{subscribe_iq, subscriptions, unsubscribe_iq};
-use common::smartfeeds::Fixture;
 use common::{Client, Connection, error_condition, set_attr, stanza_type, to_xml, xml};
 use minidom::Element;
 
@@ -74,29 +72,17 @@ name = "flood"
 publishers = ["bot@localhost"]
 "#;
 
-static FIXTURE: OnceLock<Result<Fixture, String>> = OnceLock::new();
+static FIXTURE: Shared<Fixture> = Shared::new();
 
 fn fixture() -> &'static Fixture {
-    let fx = FIXTURE.get_or_init(|| {
-        std::panic::catch_unwind(AssertUnwindSafe(|| Fixture::start(TABLES))).map_err(|panic| {
-            panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "start-up panicked".into())
-        })
-    });
-    match fx {
-        Ok(fx) => fx,
-        Err(e) => panic!("the shared fixture could not be set up: {e}"),
-    }
+    FIXTURE.get_or_start(|| Fixture::start(TABLES))
 }
 
 /// A user of this test alone, logged in.
 async fn user(name: &str) -> Client {
     let fx = fixture();
-    fx.prosody.create_user(name, "password");
-    fx.prosody.login(name).await
+    fx.server.create_user(name, "password");
+    fx.server.login(name).await
 }
 
 /// Publishes `n` small items `{prefix}{i}` and checks each is acknowledged.
@@ -137,7 +123,7 @@ fn entry_of_len(atom_id: &str, len: usize) -> String {
 #[tokio::test]
 async fn payload_size_limit() {
     let fx = fixture();
-    let mut bot = fx.prosody.login("bot").await;
+    let mut bot = fx.server.login("bot").await;
 
     // Comfortably under the limit: accepted.
     let ok = entry_of_len("urn:size-ok", MAX_PAYLOAD - 100);
@@ -161,7 +147,7 @@ async fn payload_size_limit() {
 #[tokio::test]
 async fn page_size_is_clamped_to_max_page() {
     let fx = fixture();
-    let mut bot = fx.prosody.login("bot").await;
+    let mut bot = fx.server.login("bot").await;
     let ids = seed_in_order(&mut bot, "pages", "pg", 2 * MAX_PAGE + 3).await;
     let mut alice = user("pages-reader").await;
     let node = "pages?order=created";
@@ -204,7 +190,7 @@ async fn page_size_is_clamped_to_max_page() {
 #[tokio::test]
 async fn ids_per_request_are_limited() {
     let fx = fixture();
-    let mut bot = fx.prosody.login("bot").await;
+    let mut bot = fx.server.login("bot").await;
     let ids = seed(&mut bot, "ids", "id", MAX_IDS + 5).await;
     let mut reader = user("ids-reader").await;
 
@@ -345,7 +331,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn a_flood_from_one_sender_slows_only_that_sender() {
     let fx = fixture();
     let _turn = HEAVY.lock().await;
-    let mut bot = fx.prosody.login("bot").await;
+    let mut bot = fx.server.login("bot").await;
     seed(&mut bot, "flood", "f", 30).await;
     let mut flooder = user("flooder").await;
     let mut calm = user("calm").await;
@@ -453,7 +439,7 @@ async fn a_flood_from_one_sender_slows_only_that_sender() {
 async fn admins_are_not_rate_limited() {
     let fx = fixture();
     let _turn = HEAVY.lock().await;
-    let mut admin = fx.prosody.login("admin").await;
+    let mut admin = fx.server.login("admin").await;
     let n = 3 * (BURST + BACKLOG);
     let started = Instant::now();
     let iqs = (0..n)

@@ -1,13 +1,13 @@
 //! The component link against a real XMPP server (Prosody or ejabberd, see
-//! `tests/common/host.rs`): it comes back by itself after the server
+//! `tests/common/server/select.rs`): it comes back by itself after the server
 //! restarts or is killed, serves again within seconds, loses no committed item, and backs
 //! off instead of flooding the log while the server is down.
 
 mod common;
 
-use common::Host;
 use common::pubsub::*;
 use common::smartfeeds::Smartfeeds;
+use common::{TestServer, start_selected};
 use common::{stanza_type, xml};
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ publishers = ["bot@localhost"]
 "#;
 
 /// Logs in and asks the component's disco#info until it answers, for at most `limit`.
-async fn served_within(host: &Host, limit: Duration) -> Duration {
+async fn served_within(host: &TestServer, limit: Duration) -> Duration {
     let started = Instant::now();
     loop {
         if let Ok(mut alice) = common::Client::try_connect(host.c2s_port(), "alice@localhost", "password").await {
@@ -43,7 +43,7 @@ fn back_within(down: Duration) -> Duration {
     Duration::from_secs(10) + down
 }
 
-async fn publish(host: &Host, ids: std::ops::Range<u32>) {
+async fn publish(host: &TestServer, ids: std::ops::Range<u32>) {
     let mut bot = host.login("bot").await;
     let iqs =
         ids.map(|i| publish_iq("news", Some(&format!("n{i}")), &entry(&format!("urn:n{i}"), "t", None, &[]))).collect();
@@ -54,7 +54,7 @@ async fn publish(host: &Host, ids: std::ops::Range<u32>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn comes_back_after_the_server_restarts_or_dies() {
-    let mut host = Host::start();
+    let mut host = start_selected();
     let sf = Smartfeeds::start(&host, TABLES);
     publish(&host, 0..20).await;
 
@@ -92,7 +92,7 @@ async fn comes_back_after_the_server_restarts_or_dies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_process_on_the_same_database_is_refused() {
-    let host = Host::start();
+    let host = start_selected();
     let sf = Smartfeeds::start(&host, TABLES);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_smartfeeds"))
         .arg("--config")

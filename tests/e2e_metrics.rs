@@ -1,12 +1,12 @@
 //! The Prometheus endpoint, scraped over HTTP while the component serves a real XMPP server
-//! (Prosody or ejabberd, see `tests/common/host.rs`).
+//! (Prosody or ejabberd, see `tests/common/server/select.rs`).
 
 mod common;
 
-use common::Host;
 use common::pubsub::*;
 use common::smartfeeds::Smartfeeds;
 use common::stanza_type;
+use common::start_selected;
 use std::io::{Read, Write};
 
 fn scrape(port: u16) -> String {
@@ -20,7 +20,7 @@ fn scrape(port: u16) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_pushes_and_commits() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let host = Host::start();
+    let host = start_selected();
     let tables = format!(
         "[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[[feeds]]\nname = \"news\"\npublishers = [\"bot@localhost\"]\n"
     );

@@ -1,17 +1,16 @@
 //! End to end, publishing and errors (SPEC §2, §3, §4, §6, §7): a real XMPP server (Prosody
-//! or ejabberd, see `tests/common/host.rs`) and the real
+//! or ejabberd, see `tests/common/server/select.rs`) and the real
 //! `smartfeeds` binary shared by the tests of this file; each test uses its own feeds or
 //! item ids, so they run in any order and in parallel.
 
 mod common;
 
 use std::collections::HashSet;
-use std::panic::AssertUnwindSafe;
-use std::sync::OnceLock;
 
+use common::fixture::{Fixture, Shared};
 use common::pubsub::*;
-use common::smartfeeds::{Fixture, Smartfeeds};
-use common::{Host, stanza_type, to_xml, xml};
+use common::smartfeeds::Smartfeeds;
+use common::{stanza_type, start_selected, to_xml, xml};
 use minidom::Element;
 
 const TABLES: &str = r#"
@@ -37,22 +36,10 @@ access = "whitelist"
 allowed = ["bob@localhost"]
 "#;
 
-static FIXTURE: OnceLock<Result<Fixture, String>> = OnceLock::new();
+static FIXTURE: Shared<Fixture> = Shared::new();
 
 fn fixture() -> &'static Fixture {
-    let fx = FIXTURE.get_or_init(|| {
-        std::panic::catch_unwind(AssertUnwindSafe(|| Fixture::start(TABLES))).map_err(|panic| {
-            panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "start-up panicked".into())
-        })
-    });
-    match fx {
-        Ok(fx) => fx,
-        Err(e) => panic!("the shared fixture could not be set up: {e}"),
-    }
+    FIXTURE.get_or_start(|| Fixture::start(TABLES))
 }
 
 fn news_entry(id: &str, title: &str) -> String {
@@ -87,7 +74,7 @@ const COMPONENT: &str = "feeds.localhost";
 #[tokio::test]
 async fn publish_with_and_without_an_id() {
     let fx = fixture();
-    let mut bot = fx.host.login("bot").await;
+    let mut bot = fx.server.login("bot").await;
 
     let reply = bot.iq(publish_iq("news", Some("pub-with-id"), &news_entry("pub-with-id", "given id"))).await;
     assert_eq!(published_id(&reply, "news"), "pub-with-id");
@@ -100,7 +87,7 @@ async fn publish_with_and_without_an_id() {
     assert_ne!(first, second);
 
     // Everyone can read them back by those ids.
-    let mut alice = fx.host.login("alice").await;
+    let mut alice = fx.server.login("alice").await;
     let page = pull(&mut alice, &Pull::node("news").ids(&["pub-with-id", &first, &second])).await;
     let titles: HashSet<String> = page.items.iter().filter_map(|i| i.title()).collect();
     assert_eq!(
@@ -114,7 +101,7 @@ async fn publish_with_and_without_an_id() {
     assert!(page.count.unwrap() >= 3);
 
     // An admin may publish to any feed.
-    let mut admin = fx.host.login("admin").await;
+    let mut admin = fx.server.login("admin").await;
     let reply = admin.iq(publish_iq("news", Some("pub-by-admin"), &news_entry("pub-by-admin", "from admin"))).await;
     assert_eq!(published_id(&reply, "news"), "pub-by-admin");
 
@@ -128,8 +115,8 @@ async fn publish_with_and_without_an_id() {
 #[tokio::test]
 async fn update_keeps_the_created_position_and_retract_leaves_a_tombstone() {
     let fx = fixture();
-    let mut bot = fx.host.login("bot").await;
-    let mut bob = fx.host.login("bob").await;
+    let mut bot = fx.server.login("bot").await;
+    let mut bob = fx.server.login("bob").await;
     for id in ["u1", "u2", "u3"] {
         let reply = bot.iq(publish_iq("ordered", Some(id), &news_entry(id, &format!("{id} v1")))).await;
         assert_eq!(published_id(&reply, "ordered"), id);
@@ -175,8 +162,8 @@ async fn update_keeps_the_created_position_and_retract_leaves_a_tombstone() {
 #[tokio::test]
 async fn publish_errors() {
     let fx = fixture();
-    let mut bot = fx.host.login("bot").await;
-    let mut alice = fx.host.login("alice").await;
+    let mut bot = fx.server.login("bot").await;
+    let mut alice = fx.server.login("alice").await;
     let ok = news_entry("err", "fine");
 
     // Not a publisher.
@@ -212,7 +199,7 @@ async fn publish_errors() {
     assert_eq!(page.items[0].title().as_deref(), Some("fine"), "a refused retract changes nothing: {}", page.raw);
 
     // Purge and node deletion: items are never removed.
-    let mut admin = fx.host.login("admin").await;
+    let mut admin = fx.server.login("admin").await;
     for (op, feature) in [("purge", "purge-nodes"), ("delete", "delete-nodes")] {
         for sender in [&mut admin, &mut bot] {
             let iq = xml(&format!(
@@ -237,7 +224,7 @@ async fn an_unknown_feed_is_not_found_for_anyone_but_an_admin_with_autocreate() 
     let fx = fixture();
     let ok = news_entry("x", "x");
     for user in ["bot", "alice"] {
-        let mut client = fx.host.login(user).await;
+        let mut client = fx.server.login(user).await;
         let reply = client.iq(Pull::node("no-such-feed").iq()).await;
         assert_error(&reply, "item-not-found", None);
         let reply = client.iq(publish_iq("no-such-feed", Some("x"), &ok)).await;
@@ -250,8 +237,8 @@ async fn an_unknown_feed_is_not_found_for_anyone_but_an_admin_with_autocreate() 
 #[tokio::test]
 async fn admins_create_feeds_by_publishing() {
     let fx = fixture();
-    let mut admin = fx.host.login("admin").await;
-    let mut alice = fx.host.login("alice").await;
+    let mut admin = fx.server.login("admin").await;
+    let mut alice = fx.server.login("alice").await;
     let feed = format!("fresh-{}", std::process::id());
     assert_error(&alice.iq(Pull::node(&feed).iq()).await, "item-not-found", None);
     let reply = admin.iq(publish_iq(&feed, Some("first"), &news_entry("first", "hello"))).await;
@@ -267,7 +254,7 @@ async fn admins_create_feeds_by_publishing() {
 
 #[tokio::test]
 async fn without_autocreate_an_unknown_feed_is_not_found_even_for_admins() {
-    let host = Host::start();
+    let host = start_selected();
     let feeds = Smartfeeds::start_with(&host, "admins = [\"admin@localhost\"]\nautocreate = false\n", "");
     let mut admin = host.login("admin").await;
     let reply = admin.iq(publish_iq("nowhere", Some("x"), &news_entry("x", "x"))).await;
@@ -279,7 +266,7 @@ async fn without_autocreate_an_unknown_feed_is_not_found_even_for_admins() {
 
 #[tokio::test]
 async fn published_items_survive_a_stop_and_a_crash() {
-    let host = Host::start();
+    let host = start_selected();
     let mut feeds = Smartfeeds::start(&host, "[[feeds]]\nname = \"news\"\npublishers = [\"bot@localhost\"]\n");
     let mut bot = host.login("bot").await;
     let reply = bot.iq(publish_iq("news", Some("before-stop"), &news_entry("before-stop", "one"))).await;
@@ -313,8 +300,8 @@ async fn published_items_survive_a_stop_and_a_crash() {
 #[tokio::test]
 async fn pull_errors_name_what_is_wrong() {
     let fx = fixture();
-    let mut bot = fx.host.login("bot").await;
-    let mut alice = fx.host.login("alice").await;
+    let mut bot = fx.server.login("bot").await;
+    let mut alice = fx.server.login("alice").await;
     let reply = bot.iq(publish_iq("news", Some("pos-1"), &news_entry("pos-1", "anchor"))).await;
     published_id(&reply, "news");
 
@@ -350,9 +337,9 @@ async fn pull_errors_name_what_is_wrong() {
 #[tokio::test]
 async fn whitelist_feeds_are_closed_to_others() {
     let fx = fixture();
-    let mut bot = fx.host.login("bot").await;
-    let mut alice = fx.host.login("alice").await;
-    let mut bob = fx.host.login("bob").await;
+    let mut bot = fx.server.login("bot").await;
+    let mut alice = fx.server.login("alice").await;
+    let mut bob = fx.server.login("bob").await;
     let reply = bot.iq(publish_iq("secret", Some("s1"), &news_entry("s1", "for bob"))).await;
     assert_eq!(published_id(&reply, "secret"), "s1");
 
@@ -382,7 +369,7 @@ async fn whitelist_feeds_are_closed_to_others() {
 #[tokio::test]
 async fn other_requests_ping_and_exactly_one_reply_each() {
     let fx = fixture();
-    let mut alice = fx.host.login("alice").await;
+    let mut alice = fx.server.login("alice").await;
 
     // XEP-0199 ping.
     let reply = alice.iq(xml(&format!(r#"<iq type="get" to="{COMPONENT}"><ping xmlns="urn:xmpp:ping"/></iq>"#))).await;

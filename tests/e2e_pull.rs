@@ -1,5 +1,5 @@
 //! End to end, pulling (SPEC §3 and §4): a real XMPP server (Prosody or
-//! ejabberd, see `tests/common/host.rs`), the real `smartfeeds` binary, and a
+//! ejabberd, see `tests/common/server/select.rs`), the real `smartfeeds` binary, and a
 //! feed seeded once per test binary with 320 items in four waves (300 new, 43 updated,
 //! 30 retracted, 20 new), read back by clients through every view order and filtered views.
 //!
@@ -11,12 +11,10 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::panic::AssertUnwindSafe;
-use std::sync::OnceLock;
 
 use common::Client;
+use common::fixture::{Fixture, Shared};
 use common::pubsub::*;
-use common::smartfeeds::Fixture;
 
 const FEED: &str = "pull";
 const TABLES: &str = r#"
@@ -58,7 +56,7 @@ struct Seed {
     created_items: Vec<PageItem>,
 }
 
-static SEED: OnceLock<Result<(Fixture, Seed), String>> = OnceLock::new();
+static SEED: Shared<(Fixture, Seed)> = Shared::new();
 
 /// The seeded feed: one server, one smartfeeds, published once per test binary.
 fn seed() -> &'static Seed {
@@ -66,24 +64,11 @@ fn seed() -> &'static Seed {
 }
 
 fn shared() -> &'static (Fixture, Seed) {
-    let seeded = SEED.get_or_init(|| {
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let fx = Fixture::start(TABLES);
-            let seed = block_on_thread(publish_waves(&fx));
-            (fx, seed)
-        }))
-        .map_err(|panic| {
-            panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "seeding panicked".into())
-        })
-    });
-    match seeded {
-        Ok(seed) => seed,
-        Err(e) => panic!("the shared fixture could not be set up: {e}"),
-    }
+    SEED.get_or_start(|| {
+        let fx = Fixture::start(TABLES);
+        let seed = block_on_thread(publish_waves(&fx));
+        (fx, seed)
+    })
 }
 
 fn a_id(k: usize) -> String {
@@ -91,7 +76,7 @@ fn a_id(k: usize) -> String {
 }
 
 async fn publish_waves(fx: &Fixture) -> Seed {
-    let mut bot = fx.host.login("bot").await;
+    let mut bot = fx.server.login("bot").await;
     let mut meta = HashMap::new();
     let wave1: Vec<String> = (0..300).map(a_id).collect();
     let wave4: Vec<String> = (0..20).map(|k| format!("z{k:02}")).collect();
@@ -151,8 +136,8 @@ async fn publish_waves(fx: &Fixture) -> Seed {
     check("retractions", iq_all(&mut bot, retracted.iter().map(|id| retract_iq(FEED, id)).collect()).await);
     let retract_window = (start, now_ms());
     check("wave 4", iq_all(&mut bot, publish(&wave4, 1)).await);
-    let created = walk_forward(&mut bot, "pull?order=created", MAX_PAGE).await;
-    let modified = walk_forward(&mut bot, "pull?order=modified", MAX_PAGE).await;
+    let created = walk(&mut bot, "pull?order=created", MAX_PAGE).await;
+    let modified = walk(&mut bot, "pull?order=modified", MAX_PAGE).await;
     bot.close().await;
     Seed {
         wave1,
@@ -162,21 +147,6 @@ async fn publish_waves(fx: &Fixture) -> Seed {
         created: created.iter().map(|i| i.id.clone()).collect(),
         modified: modified.iter().map(|i| i.id.clone()).collect(),
         created_items: created,
-    }
-}
-
-/// Every item of a view, by pages of `max` forward.
-async fn walk_forward(conn: &mut common::Connection, node: &str, max: usize) -> Vec<PageItem> {
-    let mut out: Vec<PageItem> = Vec::new();
-    let mut request = Pull::node(node).max(max);
-    loop {
-        let page = pull(conn, &request).await;
-        if page.items.is_empty() {
-            return out;
-        }
-        request = Pull::node(node).max(max).after(page.last.as_deref().expect("a non-empty page has <last>"));
-        out.extend(page.items);
-        assert!(out.len() <= 10_000, "paging {node} does not end");
     }
 }
 
@@ -245,7 +215,7 @@ impl Seed {
 }
 
 async fn login(name: &str) -> Client {
-    shared().0.host.login(name).await
+    shared().0.server.login(name).await
 }
 
 /// Pulls, checks the reply echoes the node, returns the page.

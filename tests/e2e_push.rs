@@ -1,5 +1,5 @@
 //! End to end, push (SPEC §5, with §2–§4 for views and cursors): real clients logged in to a
-//! real XMPP server (Prosody or ejabberd, see `tests/common/host.rs`) subscribe to views of feeds served by the real `smartfeeds` binary, a
+//! real XMPP server (Prosody or ejabberd, see `tests/common/server/select.rs`) subscribe to views of feeds served by the real `smartfeeds` binary, a
 //! publisher changes the feeds, and every headline the clients get is checked against what
 //! a pull of the same view returns at that moment.
 //!
@@ -20,13 +20,13 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
+use common::fixture::{Fixture, Shared};
 use common::pubsub::*;
 use common::push::*;
-use common::smartfeeds::{Smartfeeds, remove_on_exit};
-use common::{Client, Host, stanza_type, to_xml, xml};
+use common::{Client, Kind, TestServer, stanza_type, to_xml, xml};
 use minidom::Element;
 
 const TABLES: &str = r#"
@@ -78,38 +78,29 @@ const PUSH_WAIT: Duration = Duration::from_secs(5);
 const QUIET: Duration = Duration::from_millis(500);
 const PASSWORD: &str = "push-password";
 
-struct Shared {
-    host: Host,
-    feeds: Mutex<Smartfeeds>,
-    _cleanup: Option<std::process::Child>,
-}
-
-static SHARED: OnceLock<Shared> = OnceLock::new();
+/// The shared server and smartfeeds; the restart test restarts the smartfeeds.
+static FIXTURE: Shared<Mutex<Fixture>> = Shared::new();
 /// Read by every test, written by the one that restarts the component.
 static GATE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
-fn shared() -> &'static Shared {
-    SHARED.get_or_init(|| {
-        let host = Host::start();
-        let feeds = Smartfeeds::start(&host, TABLES);
-        let cleanup = remove_on_exit(&[host.data_dir(), feeds.dir()]);
-        Shared { host, feeds: Mutex::new(feeds), _cleanup: cleanup }
-    })
+fn fixture() -> std::sync::MutexGuard<'static, Fixture> {
+    let fixture = FIXTURE.get_or_start(|| Mutex::new(Fixture::start(TABLES)));
+    fixture.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn feeds() -> std::sync::MutexGuard<'static, Smartfeeds> {
-    shared().feeds.lock().unwrap_or_else(|p| p.into_inner())
+fn server() -> &'static TestServer {
+    fixture().server
 }
 
 /// Logs in `name@localhost` (created on first use), with a fresh resource.
 async fn user(name: &str) -> Client {
-    let p = &shared().host;
+    let p = server();
     p.create_user(name, PASSWORD);
     Client::connect(p.c2s_port(), &format!("{name}@localhost"), PASSWORD).await
 }
 
 async fn bot() -> Client {
-    shared().host.login("bot").await
+    server().login("bot").await
 }
 
 /// An entry whose title is `ID vVERSION`.
@@ -133,7 +124,7 @@ async fn retract(bot: &mut Client, feed: &str, id: &str) {
 fn check_envelope(push: &Push, to: &str) {
     let raw = &push.raw;
     assert_eq!(push.kind, "headline", "pushes are headlines: {raw}");
-    assert_eq!(push.from, common::prosody::COMPONENT_DOMAIN, "pushes come from the component: {raw}");
+    assert_eq!(push.from, common::server::COMPONENT_DOMAIN, "pushes come from the component: {raw}");
     assert_eq!(push.to, to, "the push goes to the subscribed JID: {raw}");
     assert!(push.id.as_deref().is_some_and(|i| !i.is_empty()), "a push has an id: {raw}");
     assert!(push.total.is_some(), "TotalItems header: {raw}");
@@ -197,21 +188,6 @@ async fn check_against_pull(conn: &mut Client, push: &Push) {
             "no PreviousCursor: the view was empty before\npush: {raw}\npull: {}",
             page.raw
         );
-    }
-}
-
-/// Every item of a view, forward by pages of `max`.
-async fn walk(conn: &mut Client, node: &str, max: usize) -> Vec<PageItem> {
-    let mut out = Vec::new();
-    let mut request = Pull::node(node).max(max);
-    loop {
-        let page = pull(conn, &request).await;
-        if page.items.is_empty() {
-            return out;
-        }
-        request = Pull::node(node).max(max).after(page.last.as_deref().expect("a non-empty page has <last>"));
-        out.extend(page.items);
-        assert!(out.len() < 10_000, "paging {node} does not end");
     }
 }
 
@@ -743,7 +719,7 @@ async fn subscriptions_survive_a_component_restart() {
     }
     let before = subscriptions(&mut dave, None).await;
 
-    feeds().restart();
+    fixture().feeds.restart();
 
     assert_eq!(subscriptions(&mut dave, None).await, before, "the same subscriptions after the restart");
     publish(&mut bot, "rs", "r2", 1, None, &[]).await;
@@ -777,7 +753,7 @@ fn bounce(push: &Push, error_type: &str, condition: &str) -> Element {
 
 /// Waits until the component's log has a line with all of `needles`.
 async fn wait_for_log(needles: &[&str], timeout: Duration) -> Option<String> {
-    let path = feeds().log_path();
+    let path = fixture().feeds.log_path();
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -827,7 +803,7 @@ async fn a_subscriber_that_keeps_bouncing_is_unsubscribed_after_the_bounce_limit
     assert!(
         line.is_some(),
         "the component logs that it unsubscribed {erin_full} after 2 permanent bounces\n{}",
-        feeds().log_tail(30)
+        fixture().feeds.log_tail(30)
     );
 
     publish(&mut bot, feed, "b3", 1, None, &[]).await;
@@ -855,7 +831,7 @@ async fn a_subscriber_that_keeps_bouncing_is_unsubscribed_after_the_bounce_limit
 #[tokio::test]
 async fn a_deleted_accounts_subscription_goes_where_the_server_bounces_its_pushes() {
     let _gate = GATE.read().await;
-    let host = &shared().host;
+    let host = server();
     let feed = "gone";
     let node = "gone?order=modified";
     let mut bot = bot().await;
@@ -873,12 +849,12 @@ async fn a_deleted_accounts_subscription_goes_where_the_server_bounces_its_pushe
         assert_eq!(push.item_id(), id, "judy, who exists, gets every push: {}", push.raw);
     }
     let unsubscribed = ["pushes keep bouncing: unsubscribed", "p7-ivan@localhost"];
-    if host.is_ejabberd() {
+    if host.kind() == Kind::Ejabberd {
         let line = wait_for_log(&unsubscribed, PUSH_WAIT).await;
         assert!(
             line.is_some(),
             "ejabberd bounces pushes to a deleted account; after 2 the component unsubscribes it\n{}",
-            feeds().log_tail(30)
+            fixture().feeds.log_tail(30)
         );
         assert_eq!(num_subscribers(&mut judy, node).await.as_deref(), Some("1"), "only judy's is left");
     } else {

@@ -1,18 +1,18 @@
 //! Golden XML-in / XML-out tests of the glue: a stanza goes into the router (with the real
-//! core and an in-memory store, and a frozen clock so cursors are fixed), and the reply must
-//! be exactly the expected XML.
+//! core on the in-memory store, which needs no database, and a frozen clock so cursors are
+//! fixed), and the reply must be exactly the expected XML.
 
 use minidom::Element;
 use smartfeeds::config::Config;
 use smartfeeds::feed::service::Service;
-use smartfeeds::store::sqlite::SqliteStore;
+use smartfeeds::store::memory::MemoryStore;
 use smartfeeds::xmpp::router::Router;
 use std::sync::Arc;
 use xmpp_parsers::iq::Iq;
 
 const NOW: i64 = 1_700_000_000_000;
 
-async fn router() -> Router<SqliteStore> {
+async fn router() -> Router<MemoryStore> {
     let config = Config::parse(
         r#"admins = ["admin@localhost"]
 autocreate = true
@@ -33,7 +33,7 @@ allowed = ["*@example.net"]
 "#,
     )
     .unwrap();
-    let svc = Service::new(SqliteStore::open_in_memory(None).unwrap(), Arc::new(config.policy()), Arc::new(|| NOW));
+    let svc = Service::new(MemoryStore::new(None), Arc::new(config.policy()), Arc::new(|| NOW));
     svc.init().await.unwrap();
     Router::new(svc, "feeds.localhost".parse().unwrap())
 }
@@ -50,7 +50,7 @@ fn stanza(xml: &str) -> Iq {
 
 /// Sends one iq and returns the reply as the link writes it, read back and serialised the
 /// way the expectations are.
-async fn ask(r: &Router<SqliteStore>, xml: &str) -> String {
+async fn ask(r: &Router<MemoryStore>, xml: &str) -> String {
     let reply = r.handle_iq(stanza(xml)).await.expect("a get or set gets a reply");
     let written: Element = reply.reply.to_xml().parse().expect("the reply is well-formed XML");
     String::from(&written)

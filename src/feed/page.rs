@@ -43,6 +43,8 @@ pub struct Page {
     pub first_index: Option<u64>,
     pub first: Option<Cursor>,
     pub last: Option<Cursor>,
+    /// The cursor of every item, in the order of `items` (the HTTP face writes one per item).
+    pub cursors: Vec<Cursor>,
     /// Items in the whole view.
     pub count: u64,
 }
@@ -219,6 +221,10 @@ fn finish(
         let (first_at, last_at) = if view.order.descending { (asc.len() - 1, 0) } else { (0, asc.len() - 1) };
         out.first = Some(cursor(first_at));
         out.last = Some(cursor(last_at));
+        out.cursors = (0..asc.len()).map(cursor).collect();
+        if view.order.descending {
+            out.cursors.reverse();
+        }
     }
     out.items = items;
     Ok(())

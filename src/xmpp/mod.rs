@@ -5,12 +5,14 @@
 //! payload, XEP-0131 SHIM headers, pubsub#errors conditions) and the Atom entry inspection
 //! that turns a publish `<item>` into a [`crate::feed::Entry`]. [`parts`] is how replies and
 //! pushes are written: xso's items with stored XML spliced in as it is; [`reply`] is what
-//! the router answers with.
+//! the router answers with. [`multicast`] sends one push to many subscribers through the
+//! server's XEP-0033 service.
 
 pub mod adhoc;
 pub mod bounce;
 pub mod errors;
 pub mod iq;
+pub mod multicast;
 pub mod notify;
 pub mod parts;
 pub mod payloads;

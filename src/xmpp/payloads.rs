@@ -15,8 +15,10 @@
 //! - [`event`]: the push headline (pubsub#event + SHIM headers), shared by all its copies;
 //! - [`pubsub_errors`]: the `http://jabber.org/protocol/pubsub#errors` conditions carried in
 //!   `StanzaError::other`;
-//! - [`atom`]: the Atom entry inspector and RFC 6721 tombstones.
+//! - [`atom`]: the Atom entry inspector and RFC 6721 tombstones;
+//! - [`addresses`]: XEP-0033 `<addresses/>`, for pushes through a multicast service.
 
+pub mod addresses;
 pub mod atom;
 pub mod commands;
 pub mod event;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use minidom::Element;
 
 use super::connection::{Connection, REPLY_TIMEOUT};
-use super::prosody::COMPONENT_DOMAIN;
+use super::server::COMPONENT_DOMAIN;
 use super::xml::{NS_STANZAS, error_app_condition, error_condition, set_attr, stanza_type, to_xml, xml};
 
 pub const PUBSUB: &str = "http://jabber.org/protocol/pubsub";
@@ -304,6 +304,21 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
 /// The wall clock in Unix milliseconds.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
+}
+
+/// Every item of a view, forward by pages of `max` (RSM `after` the last cursor).
+pub async fn walk(conn: &mut Connection, node: &str, max: usize) -> Vec<PageItem> {
+    let mut out: Vec<PageItem> = Vec::new();
+    let mut request = Pull::node(node).max(max);
+    loop {
+        let page = pull(conn, &request).await;
+        if page.items.is_empty() {
+            return out;
+        }
+        request = Pull::node(node).max(max).after(page.last.as_deref().expect("a non-empty page has <last>"));
+        out.extend(page.items);
+        assert!(out.len() < 10_000, "paging {node} does not end");
+    }
 }
 
 /// Runs a future to completion on a fresh runtime on another thread (usable from `static`

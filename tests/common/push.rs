@@ -9,8 +9,8 @@ use std::time::Duration;
 use minidom::Element;
 
 use super::connection::Connection;
-use super::prosody::COMPONENT_DOMAIN;
 use super::pubsub::{DATA_FORMS, DISCO_INFO, PUBSUB, PageItem, SHIM, esc};
+use super::server::COMPONENT_DOMAIN;
 use super::xml::{stanza_type, to_xml, xml};
 
 pub const PUBSUB_EVENT: &str = "http://jabber.org/protocol/pubsub#event";

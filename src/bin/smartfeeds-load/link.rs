@@ -1,30 +1,39 @@
 //! A raw XEP-0114 component connection built for load: one reader task, one writer task,
 //! and any number of requesters in between.
 //!
-//! Why not `tokio_xmpp::Component` or the test harness's `Connection`: both own the socket
-//! from one task, so a burst of replies and a burst of requests take turns, and every stanza
-//! is built as a typed value. Here the login and the reading half are the component's own
-//! ([`smartfeeds::component::stream`]); the writer task batches whatever text is queued into
-//! one `write_all` (stanzas are formatted by hand, see `stanzas`), and the reader task hands
-//! iq replies straight to the waiting requester by id and everything else (pushes) to an
-//! [`Inbox`].
+//! Why not `tokio_xmpp::Component`, the test harness's `Connection` or the component's own
+//! stream reader: they own the socket from one task, so a burst of replies and a burst of
+//! requests take turns, and every stanza is built as a tree. Here the writer task batches
+//! whatever text is queued into one `write_all` (stanzas are formatted by hand, see
+//! `stanzas`), and the reader task splits what it reads into stanzas as bytes (`scan`):
+//! iq replies are built as elements and handed straight to the waiting requester by id;
+//! everything else (pushes) goes to an [`Inbox`] as bytes, so a notification costs a copy
+//! and a few lookups, not a parse.
 //!
 //! Stanzas on the wire inherit the stream's default namespace, `jabber:component:accept`;
-//! elements parsed from the server carry it too. Only names and attributes are compared.
+//! elements built from the server's stanzas carry it too. Only names and attributes are
+//! compared.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use minidom::Element;
-use smartfeeds::component::stream::{self, Frame, Limits, Reader};
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
+use xmpp_parsers::component::Handshake;
 
+use crate::scan::{self, Piece, Splitter};
 use crate::stanzas::esc;
+
+const NS_COMPONENT: &str = "jabber:component:accept";
+const NS_STREAM: &str = "http://etherx.jabber.org/streams";
+/// Bytes asked of the socket per read.
+const READ_SIZE: usize = 256 * 1024;
 
 /// How long connecting and the handshake may take.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -65,17 +74,16 @@ pub struct Link {
     closed: Arc<Mutex<Option<String>>>,
 }
 
-/// Stanzas the server sent that are not replies to our iqs: messages (pushes), presences.
-pub struct Inbox(pub mpsc::UnboundedReceiver<Element>);
+/// Stanzas the server sent that are not replies to our iqs (messages, that is pushes, and
+/// presences), as the bytes of each, read with `scan`.
+pub struct Inbox(pub mpsc::UnboundedReceiver<Vec<u8>>);
 
 impl Link {
     /// Connects to `addr` as the component `domain` and logs in with `secret`.
     pub async fn connect(addr: SocketAddr, domain: &str, secret: &str) -> Result<(Arc<Link>, Inbox), String> {
-        let limits = Limits { max_stanza_bytes: 64 << 20, ..Limits::default() };
-        let (reader, writer) = stream::connect(&addr.to_string(), domain, secret, limits, LOGIN_TIMEOUT)
+        let (reader, w) = tokio::time::timeout(LOGIN_TIMEOUT, login(addr, domain, secret))
             .await
-            .map_err(|e| e.to_string())?;
-        let w = writer.into_inner();
+            .map_err(|_| format!("no login within {LOGIN_TIMEOUT:?}"))??;
         let (out, out_rx) = mpsc::unbounded_channel();
         let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
         let link = Arc::new(Link {
@@ -176,50 +184,152 @@ async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Out>,
     let _ = w.shutdown().await;
 }
 
-/// Reads stanzas: iq replies go to their requester, iq requests get `service-unavailable`
-/// (every iq get/set deserves one reply), the rest goes to the inbox.
+/// Connects and logs in (XEP-0114 §3): our stream header, the server's (for its id), the
+/// handshake, and `<handshake/>` back. Returns the reading half with whatever followed it.
+async fn login(addr: SocketAddr, domain: &str, secret: &str) -> Result<(Reader, OwnedWriteHalf), String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect to {addr}: {e}"))?;
+    tcp.set_nodelay(true).map_err(|e| format!("connect to {addr}: {e}"))?;
+    let (r, mut w) = tcp.into_split();
+    let header = format!(
+        "<?xml version='1.0'?><stream:stream xmlns='{NS_COMPONENT}' xmlns:stream='{NS_STREAM}' to='{}'>",
+        esc(domain)
+    );
+    w.write_all(header.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
+    let mut reader = Reader { io: r, splitter: Splitter::new(), buf: vec![0; READ_SIZE] };
+    let stream_id = reader.stream_header().await?;
+    let digest = Handshake::from_stream_id_and_password(stream_id, secret).data.unwrap_or_default();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    w.write_all(format!("<handshake>{hex}</handshake>").as_bytes()).await.map_err(|e| format!("write: {e}"))?;
+    match reader.next().await {
+        Ok(el) if scan::name(&el) == b"handshake" => Ok((reader, w)),
+        Ok(el) if scan::name(&el) == b"stream:error" => {
+            Err(format!("the server refused us: {} (wrong secret, or {domain} already connected?)", stream_error(&el)))
+        }
+        Ok(el) => Err(format!("expected <handshake/>, got <{}>", String::from_utf8_lossy(scan::name(&el)))),
+        Err(why) => Err(format!("handshake refused (wrong secret or domain?): {why}")),
+    }
+}
+
+/// The reading half: top-level elements as bytes.
+struct Reader {
+    io: OwnedReadHalf,
+    splitter: Splitter,
+    buf: Vec<u8>,
+}
+
+impl Reader {
+    async fn fill(&mut self) -> Result<(), String> {
+        match self.io.read(&mut self.buf).await {
+            Ok(0) => Err("the server closed the connection".into()),
+            Ok(n) => {
+                self.splitter.extend(&self.buf[..n]);
+                Ok(())
+            }
+            Err(e) => Err(format!("read failed: {e}")),
+        }
+    }
+
+    /// Reads up to the end of the server's stream header; its `id`.
+    async fn stream_header(&mut self) -> Result<String, String> {
+        let mut text = Vec::new();
+        loop {
+            let n = self.io.read(&mut self.buf).await.map_err(|e| format!("reading the stream header: {e}"))?;
+            if n == 0 {
+                return Err("the server closed the connection before its stream header".into());
+            }
+            text.extend_from_slice(&self.buf[..n]);
+            let Some(at) = text.windows(14).position(|w| w == b"<stream:stream") else { continue };
+            let tag = scan::start_tag(&text[at..]);
+            if tag.last() != Some(&b'>') {
+                continue;
+            }
+            let id = scan::attr(tag, "id").map(|id| id.into_owned()).unwrap_or_default();
+            if id.is_empty() {
+                return Err("the server's stream header has no id".into());
+            }
+            let after = at + tag.len();
+            self.splitter.extend(&text[after..]);
+            return Ok(id);
+        }
+    }
+
+    /// The next top-level element, or why the stream ended.
+    async fn next(&mut self) -> Result<Vec<u8>, String> {
+        loop {
+            match self.splitter.next() {
+                Some(Piece::Element(el)) => return Ok(el.to_vec()),
+                Some(Piece::StreamEnd) => return Err("the server closed the stream".into()),
+                None => self.fill().await?,
+            }
+        }
+    }
+}
+
+/// An element of the stream built as a tree, with the stream's namespaces in scope.
+fn build(el: &[u8]) -> Result<Element, String> {
+    let prefixes: BTreeMap<Option<String>, String> =
+        [(None, NS_COMPONENT.to_string()), (Some("stream".to_string()), NS_STREAM.to_string())].into();
+    Element::from_reader_with_prefixes(el, prefixes).map_err(|e| e.to_string())
+}
+
+/// A `<stream:error/>` as one line: its condition and text.
+fn stream_error(el: &[u8]) -> String {
+    let Ok(el) = build(el) else { return "(unreadable)".into() };
+    let condition = el.children().find(|c| c.name() != "text").map_or("undefined-condition", |c| c.name());
+    match el.children().find(|c| c.name() == "text").map(|t| t.text()) {
+        Some(text) if !text.is_empty() => format!("{condition}: {text}"),
+        _ => condition.to_string(),
+    }
+}
+
+/// Reads stanzas: iq replies go to their requester (built as elements), iq requests get
+/// `service-unavailable` (every iq get/set deserves one reply), the rest goes to the inbox
+/// as bytes.
 async fn read_loop(
     mut reader: Reader,
     pending: Pending,
-    inbox: mpsc::UnboundedSender<Element>,
+    inbox: mpsc::UnboundedSender<Vec<u8>>,
     out: mpsc::UnboundedSender<Out>,
     closed: Arc<Mutex<Option<String>>>,
 ) {
-    let mut stream_error = None;
+    let mut stream_error_text = None;
     let why = loop {
-        let el = match reader.next().await {
-            Frame::Element(el) => el,
-            Frame::Dropped { header, why, .. } => {
-                break format!("an unreadable <{}> from the server: {why}", header.name);
+        let Some(piece) = reader.splitter.next() else {
+            match reader.fill().await {
+                Ok(()) => continue,
+                Err(why) => break why,
             }
-            Frame::End(why) => break why,
         };
-        match (el.name(), el.attr("type").unwrap_or("")) {
-            ("iq", "result" | "error") => {
-                let n = el.attr("id").and_then(|id| id.strip_prefix('l')).and_then(|n| n.parse::<u64>().ok());
-                let waiter = n.and_then(|n| pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&n));
-                if let Some(waiter) = waiter {
-                    let _ = waiter.send(el);
+        let Piece::Element(el) = piece else { break "the server closed the stream".to_string() };
+        match scan::name(el) {
+            b"iq" => match scan::attr(el, "type").as_deref() {
+                Some("result" | "error") => {
+                    let id = scan::attr(el, "id");
+                    let n = id.as_deref().and_then(|id| id.strip_prefix('l')).and_then(|n| n.parse::<u64>().ok());
+                    let waiter = n.and_then(|n| pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&n));
+                    if let (Some(waiter), Ok(el)) = (waiter, build(el)) {
+                        let _ = waiter.send(el);
+                    }
                 }
-            }
-            ("iq", "get" | "set") => {
-                let (to, from, id) = (el.attr("to").unwrap_or(""), el.attr("from").unwrap_or(""), el.attr("id"));
-                let reply = format!(
-                    "<iq type='error' from='{}' to='{}' id='{}'><error type='cancel'><service-unavailable \
-                     xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/></error></iq>",
-                    esc(to),
-                    esc(from),
-                    esc(id.unwrap_or(""))
-                );
-                let _ = out.send(Out::Text(reply));
-            }
-            ("error", _) => stream_error = Some(stream::stream_error(&el)),
+                _ => {
+                    let attr = |name| scan::attr(el, name).unwrap_or_default();
+                    let reply = format!(
+                        "<iq type='error' from='{}' to='{}' id='{}'><error type='cancel'><service-unavailable \
+                         xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/></error></iq>",
+                        esc(&attr("to")),
+                        esc(&attr("from")),
+                        esc(&attr("id"))
+                    );
+                    let _ = out.send(Out::Text(reply));
+                }
+            },
+            b"stream:error" => stream_error_text = Some(stream_error(el)),
             _ => {
-                let _ = inbox.send(el);
+                let _ = inbox.send(el.to_vec());
             }
         }
     };
-    let why = match stream_error {
+    let why = match stream_error_text {
         Some(e) => format!("{why} after <stream:error> {e}"),
         None => why,
     };

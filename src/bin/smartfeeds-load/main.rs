@@ -30,6 +30,7 @@ mod procstat;
 mod publish;
 mod pull;
 mod report;
+mod scan;
 mod stanzas;
 
 use std::net::SocketAddr;

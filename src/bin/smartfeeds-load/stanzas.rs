@@ -8,6 +8,8 @@ use std::borrow::Cow;
 
 use minidom::Element;
 
+use crate::scan;
+
 pub const NS_PUBSUB: &str = "http://jabber.org/protocol/pubsub";
 pub const NS_PUBSUB_EVENT: &str = "http://jabber.org/protocol/pubsub#event";
 pub const NS_RSM: &str = "http://jabber.org/protocol/rsm";
@@ -123,7 +125,7 @@ pub fn page_facts(reply: &Element) -> Option<PageFacts> {
 }
 
 /// What a push says: the item id it carries (published or retracted) and its SHIM headers.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct PushFacts {
     pub item: String,
     pub total_items: Option<String>,
@@ -131,21 +133,54 @@ pub struct PushFacts {
     pub last_cursor: Option<String>,
 }
 
-/// `None` when the message is not a pubsub event with one item.
-pub fn push_facts(message: &Element) -> Option<PushFacts> {
-    let items = message.get_child("event", NS_PUBSUB_EVENT)?.get_child("items", NS_PUBSUB_EVENT)?;
-    let item = items.children().find(|c| c.name() == "item" || c.name() == "retract")?;
-    let mut facts = PushFacts { item: item.attr("id")?.to_string(), ..Default::default() };
-    if let Some(headers) = message.get_child("headers", NS_SHIM) {
-        for h in headers.children().filter(|h| h.name() == "header") {
-            let slot = match h.attr("name") {
+/// The facts of a message given as bytes (see `scan`); `None` when it is not a pubsub
+/// event with one item.
+pub fn push_facts(message: &[u8]) -> Option<PushFacts> {
+    let event = scan::child(message, "event", NS_PUBSUB_EVENT)?;
+    let items = scan::child(event, "items", NS_PUBSUB_EVENT)?;
+    let item = scan::children(items).find(|c| matches!(scan::name(c), b"item" | b"retract"))?;
+    let mut facts = PushFacts { item: scan::attr(item, "id")?.into_owned(), ..Default::default() };
+    if let Some(headers) = scan::child(message, "headers", NS_SHIM) {
+        for h in scan::children(headers).filter(|h| scan::name(h) == b"header") {
+            let slot = match scan::attr(h, "name").as_deref() {
                 Some("TotalItems") => &mut facts.total_items,
                 Some("PreviousCursor") => &mut facts.previous_cursor,
                 Some("LastCursor") => &mut facts.last_cursor,
                 _ => continue,
             };
-            *slot = Some(h.text());
+            *slot = Some(scan::text(h).into_owned());
         }
     }
     Some(facts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_facts_read_item_and_headers_from_bytes() {
+        let push = format!(
+            "<message from='feeds.localhost' to='sub3@bench.localhost' type='headline' id='p1'>\
+             <event xmlns='{NS_PUBSUB_EVENT}'><items node='load'><item id='f-7'><entry xmlns='{NS_ATOM}'>\
+             <title>header</title></entry></item></items></event><headers xmlns='{NS_SHIM}'>\
+             <header name='TotalItems'>8</header><header name='PreviousCursor'>1_0_2</header>\
+             <header name='LastCursor'>3_0_4</header></headers></message>"
+        );
+        let facts = push_facts(push.as_bytes()).unwrap();
+        assert_eq!(
+            facts,
+            PushFacts {
+                item: "f-7".into(),
+                total_items: Some("8".into()),
+                previous_cursor: Some("1_0_2".into()),
+                last_cursor: Some("3_0_4".into()),
+            }
+        );
+        let retract = format!(
+            "<message><event xmlns='{NS_PUBSUB_EVENT}'><items node='n'><retract id='r'/></items></event></message>"
+        );
+        assert_eq!(push_facts(retract.as_bytes()).unwrap().item, "r");
+        assert_eq!(push_facts(b"<message><body>hi</body></message>"), None);
+    }
 }

@@ -78,6 +78,12 @@ impl PushBody {
         let xml = to_xml(&EventXml { node, id, entry })? + &to_xml(&Xso(headers))?;
         Ok(PushBody { from, xml })
     }
+
+    /// `<event/><headers/>` as written into every copy (a multicast message carries it
+    /// once for all its recipients).
+    pub fn xml(&self) -> &str {
+        &self.xml
+    }
 }
 
 /// One copy of a push: the shared body, sent to `to` with stanza id `id`.

@@ -1,0 +1,48 @@
+//! `check-config` on `[http]` (SPEC §9), without any server: a usable table passes, a bad
+//! address, a short token or a token given twice exits 2 with the reason.
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_smartfeeds");
+
+const TOP: &str = "[component]\njid = \"feeds.localhost\"\nsecret = \"secret\"\n\n";
+
+fn check(http: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, format!("{TOP}{http}")).expect("the config");
+    let out = Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .env_remove("SMARTFEEDS_SECRET")
+        .output()
+        .expect("smartfeeds runs");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[test]
+fn check_config_validates_the_http_table() {
+    let good =
+        "[http]\nlisten = \"127.0.0.1:8080\"\n[[http.tokens]]\njid = \"bot@localhost\"\ntoken = \"0123456789abcdef\"\n";
+    assert_eq!(check(good).0, Some(0), "{}", check(good).1);
+    for (http, needle) in [
+        ("[http]\nlisten = \"nowhere:80\"\n", "listen"),
+        ("[http]\nlisten = \"127.0.0.1:99999\"\n", "listen"),
+        ("[http]\nbase_url = \"ftp://x\"\n", "base_url"),
+        ("[[http.tokens]]\njid = \"bot@localhost\"\ntoken = \"short\"\n", "shorter than 16"),
+        ("[[http.tokens]]\njid = \"not a jid@@\"\ntoken = \"0123456789abcdef\"\n", "jid"),
+        (
+            "[[http.tokens]]\njid = \"a@x\"\ntoken = \"0123456789abcdef\"\n\
+             [[http.tokens]]\njid = \"b@x\"\ntoken = \"0123456789abcdef\"\n",
+            "twice",
+        ),
+        ("[http]\nmax_timeout = 0\n", "max_timeout"),
+        ("[http]\nsurprise = 1\n", "surprise"),
+    ] {
+        let (code, err) = check(http);
+        assert_eq!(code, Some(2), "{http}: {err}");
+        assert!(err.contains(needle), "{http}: {err:?} should mention {needle}");
+        assert!(!err.contains("0123456789abcdef"), "tokens are never printed: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
