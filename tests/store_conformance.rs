@@ -1,7 +1,8 @@
 //! One suite for every store. The core relies on these behaviours of whatever keeps its
 //! feeds, so each is written once, as a generic `async fn` over [`Store`] that uses only what
 //! the core uses (`Store::read`, `Store::write`, the write intents and the primitives), and
-//! runs against every store: the SQLite store on a file and in memory, and the in-memory
+//! runs against every store: the SQLite store on a file and in memory, the PostgreSQL store
+//! (a fresh database each, on one private server per test binary), and the in-memory
 //! model. [`conformance!`] stamps out one test per store and behaviour, named
 //! `store::behaviour`, so a failure names both; adding a store is one line in its call at the
 //! end of this file.
@@ -14,6 +15,8 @@ use proptest::test_runner::TestRunner;
 use smartfeeds::feed::ports::{ChangeSink, FeedRow, ReadTx, Scope, Subscription, WriteTx};
 use smartfeeds::feed::{Change, Entry, FeedError, Filter, Item, Key, NodeName, Order, OrderBy, Payload, Store};
 use smartfeeds::store::memory::MemoryStore;
+use smartfeeds::store::postgres::PostgresStore;
+use smartfeeds::store::postgres::scratch::TempServer;
 use smartfeeds::store::sqlite::SqliteStore;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
@@ -37,6 +40,18 @@ fn open_sqlite_file(sink: Option<ChangeSink>) -> Subject<SqliteStore> {
 
 fn open_sqlite_in_memory(sink: Option<ChangeSink>) -> Subject<SqliteStore> {
     Subject { store: SqliteStore::open_in_memory(sink).unwrap(), _dir: None }
+}
+
+/// A fresh database on this test binary's private PostgreSQL server, started on first use
+/// and stopped when the binary exits.
+fn open_postgres(sink: Option<ChangeSink>) -> Subject<PostgresStore> {
+    let store = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(async {
+            let url = TempServer::shared().create_database().await.unwrap();
+            PostgresStore::connect(&url, sink).await.unwrap()
+        })
+    });
+    Subject { store, _dir: None }
 }
 
 fn open_memory(sink: Option<ChangeSink>) -> Subject<MemoryStore> {
@@ -775,6 +790,7 @@ conformance! {
         sqlite_file: super::open_sqlite_file,
         sqlite_in_memory: super::open_sqlite_in_memory,
         memory: super::open_memory,
+        postgres: super::open_postgres,
     }
     behaviours {
         feeds_are_created_listed_by_name_and_saved,
