@@ -24,6 +24,7 @@
 mod compare;
 mod create;
 mod fanout;
+mod http;
 mod link;
 mod pool;
 mod procstat;
@@ -83,6 +84,34 @@ enum Mode {
         #[command(flatten)]
         args: create::CreateArgs,
     },
+    /// Pull pages over smartfeeds' HTTP face: K walkers page through a view with `since`.
+    HttpPull {
+        #[command(flatten)]
+        common: http::HttpCommon,
+        #[command(flatten)]
+        args: pull::PullArgs,
+    },
+    /// Publish Atom entries over HTTP (PUT), K in flight.
+    HttpPublish {
+        #[command(flatten)]
+        common: http::HttpCommon,
+        #[command(flatten)]
+        args: http::PublishArgs,
+    },
+    /// Hold N long-polls on one view, publish once, time the last answer.
+    HttpLongpoll {
+        #[command(flatten)]
+        common: http::HttpCommon,
+        #[command(flatten)]
+        args: http::LongpollArgs,
+    },
+    /// Fetch the recent, middle and oldest archive documents, each many times.
+    HttpArchive {
+        #[command(flatten)]
+        common: http::HttpCommon,
+        #[command(flatten)]
+        args: http::ArchiveArgs,
+    },
     /// Print JSON lines of earlier runs (files, or stdin) as one table.
     Table {
         /// Files of JSON lines; stdin when none.
@@ -114,27 +143,69 @@ pub struct Common {
     /// The node (smartfeeds: a feed name, or FEED?QUERY for pulls and subscriptions).
     #[arg(long, default_value = "load")]
     node: String,
+    /// How much, how long, what to watch.
+    #[command(flatten)]
+    pub run: RunOpts,
+}
+
+/// Common fields read through `Common` as if they were its own.
+impl std::ops::Deref for Common {
+    type Target = RunOpts;
+    fn deref(&self) -> &RunOpts {
+        &self.run
+    }
+}
+
+/// How a run is bounded and what it watches, over XMPP or HTTP alike.
+#[derive(Args, Debug, Clone)]
+pub struct RunOpts {
     /// Requests in flight at once.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    in_flight: u32,
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub in_flight: u32,
     /// Stop issuing requests after this many seconds (in-flight ones still finish).
     #[arg(long, default_value_t = 120.0)]
-    duration: f64,
+    pub duration: f64,
     /// Seconds to wait for any one reply (or, in fanout, for one publish's notifications).
     #[arg(long, default_value_t = 30.0)]
-    timeout: f64,
+    pub timeout: f64,
     /// The service's process id: its CPU time over the run is reported.
     #[arg(long)]
     pub service_pid: Option<u32>,
     /// The XMPP server's process id: its CPU time over the run is reported.
     #[arg(long)]
-    server_pid: Option<u32>,
+    pub server_pid: Option<u32>,
     /// Worker threads of the tool's runtime (1: everything on one thread).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-    threads: u32,
+    pub threads: u32,
     /// A label copied into the JSON line.
     #[arg(long)]
-    label: Option<String>,
+    pub label: Option<String>,
+}
+
+impl RunOpts {
+    /// Checks the bounds; the reason when they are out of range.
+    fn check(&self) -> Result<(), String> {
+        if self.duration > 0.0 && self.duration <= 86_400.0 && self.timeout > 0.0 && self.timeout <= 3600.0 {
+            Ok(())
+        } else {
+            Err("--duration must be in (0, 86400] and --timeout in (0, 3600] seconds".into())
+        }
+    }
+
+    /// Starts measuring the CPU of the service, the server and this tool.
+    pub fn cpu_window(&self) -> procstat::CpuWindow {
+        procstat::CpuWindow::start(&[self.service_pid, self.server_pid, Some(std::process::id())])
+    }
+
+    /// A report for `mode` with the label and the requests in flight.
+    pub fn report(&self, mode: &str) -> Report {
+        let mut r = Report::new(mode);
+        if let Some(label) = &self.label {
+            r.str("label", label);
+        }
+        r.int("in_flight", self.in_flight.into());
+        r
+    }
 }
 
 /// A connected run: the link, the options, and when to stop issuing work.
@@ -156,44 +227,48 @@ impl Ctx {
 
     /// Starts measuring the CPU of the service, the server and this tool.
     pub fn cpu_window(&self) -> procstat::CpuWindow {
-        procstat::CpuWindow::start(&[self.common.service_pid, self.common.server_pid, Some(std::process::id())])
+        self.common.cpu_window()
     }
 
     /// A report for `mode` with the run's settings.
     pub fn report(&self, mode: &str) -> Report {
-        let mut r = Report::new(mode);
-        if let Some(label) = &self.common.label {
-            r.str("label", label);
-        }
+        let mut r = self.common.report(mode);
         r.str("service", &self.common.service);
         r.str("node", &self.common.node);
-        r.int("in_flight", self.common.in_flight.into());
         r
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (common, mode) = match cli.mode {
+    let job = match cli.mode {
         Mode::Table { files } => return print_runs(&files, report::combined_table),
         Mode::Compare { files } => return print_runs(&files, compare::table),
-        Mode::Pull { common, args } => (common, Run::Pull(args)),
-        Mode::Publish { common, args } => (common, Run::Publish(args)),
-        Mode::Fanout { common, args } => (common, Run::Fanout(args)),
-        Mode::Create { common, args } => (common, Run::Create(args)),
+        Mode::Pull { common, args } => Job::Xmpp(common, Run::Pull(args)),
+        Mode::Publish { common, args } => Job::Xmpp(common, Run::Publish(args)),
+        Mode::Fanout { common, args } => Job::Xmpp(common, Run::Fanout(args)),
+        Mode::Create { common, args } => Job::Xmpp(common, Run::Create(args)),
+        Mode::HttpPull { common, args } => Job::Http(common, http::Run::Pull(args)),
+        Mode::HttpPublish { common, args } => Job::Http(common, http::Run::Publish(args)),
+        Mode::HttpLongpoll { common, args } => Job::Http(common, http::Run::Longpoll(args)),
+        Mode::HttpArchive { common, args } => Job::Http(common, http::Run::Archive(args)),
     };
-    if !common.server.ip().is_loopback() {
-        eprintln!("smartfeeds-load: --server {} is not a loopback address; refusing", common.server);
+    let (opts, loopback, target) = match &job {
+        Job::Xmpp(c, _) => (&c.run, c.server.ip().is_loopback(), format!("--server {}", c.server)),
+        Job::Http(h, _) => (&h.run, h.is_loopback(), format!("--base {}", h.base)),
+    };
+    if !loopback {
+        eprintln!("smartfeeds-load: {target} is not a loopback address; refusing");
         return ExitCode::from(2);
     }
-    if !(common.duration > 0.0 && common.duration <= 86_400.0 && common.timeout > 0.0 && common.timeout <= 3600.0) {
-        eprintln!("smartfeeds-load: --duration must be in (0, 86400] and --timeout in (0, 3600] seconds");
+    if let Err(e) = opts.check() {
+        eprintln!("smartfeeds-load: {e}");
         return ExitCode::from(2);
     }
-    let rt = if common.threads == 1 {
+    let rt = if opts.threads == 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
     } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(common.threads as usize).enable_all().build()
+        tokio::runtime::Builder::new_multi_thread().worker_threads(opts.threads as usize).enable_all().build()
     };
     let rt = match rt {
         Ok(rt) => rt,
@@ -202,7 +277,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(common, mode)) {
+    let outcome = rt.block_on(async move {
+        match job {
+            Job::Xmpp(common, mode) => run(common, mode).await,
+            Job::Http(common, mode) => http::run(common, mode).await,
+        }
+    });
+    match outcome {
         Ok(report) => {
             eprint!("{}", report.table());
             println!("{}", report.json());
@@ -213,6 +294,12 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A run over one face.
+enum Job {
+    Xmpp(Common, Run),
+    Http(http::HttpCommon, http::Run),
 }
 
 enum Run {

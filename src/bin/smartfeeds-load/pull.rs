@@ -8,18 +8,22 @@
 //! RSM `<set/>`, holds a different number of items than the first walk saw, or returns a
 //! `<last>` that differs from the first walk's (the node must not change during the run).
 //!
+//! The walk is the same over HTTP (`http-pull`): a [`Pager`] fetches one page, whatever the
+//! face.
+//!
 //! With `--max-items` every request is `max_items="MAX"` (XEP-0060 §6.5.7), for services
 //! without RSM such as Prosody 0.12's mod_pubsub; each reply must hold as many items as the
 //! first one did.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::Ctx;
 use crate::report::{Report, Tally};
 use crate::stanzas::{PageAsk, PageFacts, items_query, outcome, page_facts};
+use crate::{Ctx, RunOpts};
 
 #[derive(Args, Debug, Clone)]
 pub struct PullArgs {
@@ -47,25 +51,44 @@ struct Ring {
     count: Option<u64>,
 }
 
-/// One request, timed: the reply's facts or the kind of failure.
-async fn fetch(ctx: &Ctx, ask: &PageAsk<'_>) -> (Duration, Result<PageFacts, String>) {
-    let query = items_query(&ctx.common.node, ask);
-    let t0 = Instant::now();
-    let reply = ctx.link.iq("get", None, &ctx.common.service, &query, ctx.timeout()).await;
-    let latency = t0.elapsed();
-    let facts = reply
-        .map_err(|e| e.to_string())
-        .and_then(|r| outcome(&r).map(|()| r))
-        .and_then(|r| page_facts(&r).ok_or_else(|| "result without <pubsub><items/>".to_string()));
-    (latency, facts)
+/// Fetches one page of the node, over whichever face.
+pub trait Pager {
+    /// One request, timed: the reply's facts or the kind of failure.
+    fn fetch(&self, ask: &PageAsk<'_>) -> impl Future<Output = (Duration, Result<PageFacts, String>)>;
+    /// The node or view, for messages.
+    fn node(&self) -> &str;
+    /// Whether new work may still start.
+    fn open(&self) -> bool;
+}
+
+impl Pager for Ctx {
+    async fn fetch(&self, ask: &PageAsk<'_>) -> (Duration, Result<PageFacts, String>) {
+        let query = items_query(&self.common.node, ask);
+        let t0 = Instant::now();
+        let reply = self.link.iq("get", None, &self.common.service, &query, self.timeout()).await;
+        let latency = t0.elapsed();
+        let facts = reply
+            .map_err(|e| e.to_string())
+            .and_then(|r| outcome(&r).map(|()| r))
+            .and_then(|r| page_facts(&r).ok_or_else(|| "result without <pubsub><items/>".to_string()));
+        (latency, facts)
+    }
+
+    fn node(&self) -> &str {
+        &self.common.node
+    }
+
+    fn open(&self) -> bool {
+        Ctx::open(self)
+    }
 }
 
 /// The first, sequential walk (at most `cap` pages).
-async fn discover(ctx: &Ctx, args: &PullArgs, cap: u64) -> Result<Ring, String> {
-    let node = &ctx.common.node;
+async fn discover(ctx: &impl Pager, args: &PullArgs, cap: u64) -> Result<Ring, String> {
+    let node = ctx.node();
     if args.max_items {
         let facts =
-            fetch(ctx, &PageAsk::MaxItems(args.max)).await.1.map_err(|e| format!("first pull of {node}: {e}"))?;
+            ctx.fetch(&PageAsk::MaxItems(args.max)).await.1.map_err(|e| format!("first pull of {node}: {e}"))?;
         if facts.items == 0 {
             return Err(format!("{node} has no items; publish some first"));
         }
@@ -78,7 +101,7 @@ async fn discover(ctx: &Ctx, args: &PullArgs, cap: u64) -> Result<Ring, String> 
     loop {
         let after = ring.afters.last().cloned().flatten();
         let ask = PageAsk::Rsm { max: args.max, after: after.as_deref() };
-        let facts = fetch(ctx, &ask).await.1.map_err(|e| format!("first walk of {node}: {e}"))?;
+        let facts = ctx.fetch(&ask).await.1.map_err(|e| format!("first walk of {node}: {e}"))?;
         if !facts.has_set {
             return Err(format!("{node}: the service ignored RSM (no <set/> in the reply); try --max-items"));
         }
@@ -102,7 +125,7 @@ async fn discover(ctx: &Ctx, args: &PullArgs, cap: u64) -> Result<Ring, String> 
 }
 
 /// One walker: pages from `start` on, while tickets last.
-async fn walk(ctx: &Ctx, args: &PullArgs, ring: &Ring, start: usize, tickets: &AtomicU64, total: u64) -> Tally {
+async fn walk(ctx: &impl Pager, args: &PullArgs, ring: &Ring, start: usize, tickets: &AtomicU64, total: u64) -> Tally {
     let mut tally = Tally::default();
     let mut pos = start;
     let mut after = ring.afters[pos].clone();
@@ -112,7 +135,7 @@ async fn walk(ctx: &Ctx, args: &PullArgs, ring: &Ring, start: usize, tickets: &A
         } else {
             PageAsk::Rsm { max: args.max, after: after.as_deref() }
         };
-        let (latency, facts) = fetch(ctx, &ask).await;
+        let (latency, facts) = ctx.fetch(&ask).await;
         let next = (pos + 1) % ring.sizes.len();
         // Past an error, carry on from where the first walk says the next page starts.
         let mut next_after = ring.afters[next].clone();
@@ -141,10 +164,16 @@ async fn walk(ctx: &Ctx, args: &PullArgs, ring: &Ring, start: usize, tickets: &A
 }
 
 pub async fn run(ctx: &Ctx, args: &PullArgs) -> Result<Report, String> {
+    let report = ctx.report(if args.max_items { "pull-max-items" } else { "pull" });
+    measure(ctx, args, &ctx.common.run, report).await
+}
+
+/// Learns the ring, then walks it with `opts.in_flight` walkers; the figures go into `report`.
+pub async fn measure(ctx: &impl Pager, args: &PullArgs, opts: &RunOpts, mut report: Report) -> Result<Report, String> {
     let ring = discover(ctx, args, args.pages).await?;
-    let walkers = ctx.common.in_flight as usize;
+    let walkers = opts.in_flight as usize;
     let tickets = AtomicU64::new(0);
-    let cpu = ctx.cpu_window();
+    let cpu = opts.cpu_window();
     let started = Instant::now();
     let pages = ring.sizes.len();
     let tallies = futures::future::join_all(
@@ -158,7 +187,6 @@ pub async fn run(ctx: &Ctx, args: &PullArgs) -> Result<Report, String> {
         tally.merge(t);
     }
     let items: u64 = ring.sizes.iter().map(|&s| s as u64).sum();
-    let mut report = ctx.report(if args.max_items { "pull-max-items" } else { "pull" });
     report.standard(tally.lat_us.len() as u64, &mut tally, elapsed, &cpu);
     report.int("max", args.max.into());
     report.int("ring_pages", pages as u64);

@@ -61,13 +61,19 @@ pub fn items_query(node: &str, ask: &PageAsk) -> String {
 /// The `<pubsub/>` of a publish of one Atom entry with item id `id`; `padding` bytes of
 /// `<content>` make the entry bigger.
 pub fn publish(node: &str, id: &str, title: &str, padding: usize) -> String {
-    let (node, id, title) = (esc(node), esc(id), esc(title));
+    let (node, eid) = (esc(node), esc(id));
+    let entry = atom_entry(id, title, padding);
+    format!("<pubsub xmlns='{NS_PUBSUB}'><publish node='{node}'><item id='{eid}'>{entry}</item></publish></pubsub>")
+}
+
+/// The Atom entry the tool publishes as `id`, with `padding` bytes of `<content>`.
+pub fn atom_entry(id: &str, title: &str, padding: usize) -> String {
+    let (id, title) = (esc(id), esc(title));
     let updated = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let content = if padding > 0 { format!("<content>{}</content>", "x".repeat(padding)) } else { String::new() };
     format!(
-        "<pubsub xmlns='{NS_PUBSUB}'><publish node='{node}'><item id='{id}'><entry xmlns='{NS_ATOM}'>\
-         <id>urn:smartfeeds-load:{id}</id><title>{title}</title><author><name>smartfeeds-load</name></author>\
-         <updated>{updated}</updated>{content}</entry></item></publish></pubsub>"
+        "<entry xmlns='{NS_ATOM}'><id>urn:smartfeeds-load:{id}</id><title>{title}</title>\
+         <author><name>smartfeeds-load</name></author><updated>{updated}</updated>{content}</entry>"
     )
 }
 
