@@ -23,6 +23,8 @@
 //! - [`http`]: the HTTP face (axum): pull, long-poll, event streams, archives and publish
 //!   over HTTP, bearer tokens mapped to JIDs for the same `Policy::may`, held requests woken
 //!   by the change stream, and the small HTML page.
+//! - [`atom`]: Atom entries as both faces take them: one `<entry/>` checked, the fields
+//!   the core filters on pulled out, tombstones.
 //! - [`component`]: the XEP-0114 link: login, the XML stream with its limits, keepalive,
 //!   reconnects, and a shutdown that loses no request.
 //! - [`app`]: wiring: store, service, faces and link, run until SIGTERM, then drained.
@@ -35,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod atom;
 pub mod component;
 pub mod config;
 pub mod feed;

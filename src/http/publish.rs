@@ -62,7 +62,7 @@ async fn read_entry<S: Store>(st: &HttpState<S>, headers: &HeaderMap, body: Body
             format!("the body is not XML: {}", quote(&e.to_string())),
         )
     })?;
-    let entry = crate::xmpp::payloads::atom::inspect_entry(std::iter::once(&Node::Element(element)))
+    let entry = crate::atom::inspect_entry(std::iter::once(&Node::Element(element)))
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid-payload", e.to_string()))?;
     if entry.xml.len() > limit {
         return Err(too_big());

@@ -19,7 +19,6 @@
 //! - [`addresses`]: XEP-0033 `<addresses/>`, for pushes through a multicast service.
 
 pub mod addresses;
-pub mod atom;
 pub mod commands;
 pub mod event;
 pub mod items;
@@ -28,7 +27,7 @@ pub mod pubsub_errors;
 pub mod shim;
 pub mod subscriptions;
 
-pub use atom::{DeletedEntry, EntryError, inspect_entry, inspect_item, parse_stored, tombstone};
+pub use crate::atom::{ATOM, DeletedEntry, EntryError, TOMBSTONES, inspect_entry, inspect_item, parse_stored, tombstone};
 pub use event::{Push, PushBody};
 pub use items::{ItemsPage, ItemsQuery, ItemsRequest, ItemsResult, PageItem};
 pub use publish::{Publish, PublishItem, PublishRequest, publish_result};
@@ -38,8 +37,3 @@ pub use shim::{Header, Headers, SyncHeaders};
 /// XEP-0131 Stanza Headers and Internet Metadata.
 pub const SHIM: &str = "http://jabber.org/protocol/shim";
 
-/// RFC 4287 Atom.
-pub const ATOM: &str = "http://www.w3.org/2005/Atom";
-
-/// RFC 6721 Atom tombstones (`<deleted-entry/>`).
-pub const TOMBSTONES: &str = "http://purl.org/atompub/tombstones/1.0";

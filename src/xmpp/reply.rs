@@ -9,7 +9,7 @@ use xso::error::Error;
 use xso::exports::rxml::xml_ncname;
 
 use super::parts::{Part, Parts, ToParts, attr, end, head_end, items, start};
-use super::payloads::atom::DeletedEntry;
+use crate::atom::DeletedEntry;
 use crate::feed::position::rfc3339;
 use crate::feed::{Item, Payload};
 

@@ -14,7 +14,7 @@ use xmpp_parsers::pubsub::pubsub::{Item, PublishOptions};
 use xmpp_parsers::pubsub::{ItemId, NodeName, PubSub};
 use xso::{AsXml, FromXml};
 
-use super::atom::{EntryError, entry_fields};
+use crate::atom::{EntryError, entry_fields};
 use crate::feed::Entry;
 
 /// `<pubsub xmlns="http://jabber.org/protocol/pubsub"><publish/><publish-options/>?</pubsub>`,
@@ -73,7 +73,7 @@ pub struct PublishItem {
 
 impl PublishItem {
     /// The item's payload as an [`Entry`], if it is exactly one Atom `<entry/>` (whitespace
-    /// text aside); see [`super::atom::inspect_entry`] for what is extracted.
+    /// text aside); see [`crate::atom::inspect_entry`] for what is extracted.
     pub fn entry(&self) -> Result<Entry, EntryError> {
         if !self.text.trim().is_empty() {
             return Err(EntryError::Text);

@@ -3,15 +3,22 @@
 //! out ([`inspect_item`]); a retracted item's payload is an RFC 6721 tombstone
 //! ([`tombstone`]); stored entries come back as elements with [`parse_stored`].
 //!
-//! Pure functions over minidom: no I/O, no knowledge of feeds.
+//! Pure functions over minidom: no I/O, no knowledge of feeds or of the face an entry came
+//! through. Both faces use them: an XMPP publish `<item>` and an HTTP `PUT` body are checked
+//! by the same [`inspect_entry`].
 
 use std::fmt;
 
 use minidom::{Element, Node};
 use xso::{AsXml, FromXml};
 
-use super::{ATOM, TOMBSTONES};
 use crate::feed::Entry;
+
+/// RFC 4287 Atom.
+pub const ATOM: &str = "http://www.w3.org/2005/Atom";
+
+/// RFC 6721 Atom tombstones (`<deleted-entry/>`).
+pub const TOMBSTONES: &str = "http://purl.org/atompub/tombstones/1.0";
 
 /// Why an item's payload is not exactly one Atom entry. The `Display` text is meant for the
 /// `<text/>` of the `bad-request` + `invalid-payload` error.
