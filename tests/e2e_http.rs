@@ -309,6 +309,43 @@ async fn tokens_and_whitelists_decide_as_over_xmpp() {
     assert_eq!(s, StatusCode::OK);
 }
 
+#[tokio::test]
+async fn browsers_on_other_origins_may_read_open_feeds_only() {
+    shared();
+    let origin = "https://reader.example";
+    let preflight = |path: &str| {
+        http()
+            .request(reqwest::Method::OPTIONS, url(path))
+            .header("origin", origin)
+            .header("access-control-request-method", "GET")
+            .header("access-control-request-headers", "authorization, last-event-id")
+            .send()
+    };
+    // The preflight of an open feed is answered without a token, and allows what a reader
+    // sends: a token, an ETag to revalidate, a Last-Event-ID to resume a stream.
+    let res = preflight("/feeds/pages/?order=modified").await.unwrap();
+    assert!(res.status().is_success(), "{}", res.status());
+    let h = res.headers();
+    assert_eq!(h["access-control-allow-origin"], origin);
+    let allowed = h["access-control-allow-headers"].to_str().unwrap().to_ascii_lowercase();
+    for name in ["authorization", "last-event-id", "if-none-match"] {
+        assert!(allowed.contains(name), "{allowed}");
+    }
+    assert!(h["access-control-allow-methods"].to_str().unwrap().contains("GET"));
+    // A read from that origin may see the ETag and Link headers.
+    let res = http().get(url("/feeds/pages/")).header("origin", origin).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["access-control-allow-origin"], origin);
+    let exposed = res.headers()["access-control-expose-headers"].to_str().unwrap().to_ascii_lowercase();
+    assert!(exposed.contains("etag") && exposed.contains("link"), "{exposed}");
+    // A whitelist feed: no CORS at all, preflight or not.
+    let res = preflight("/feeds/secret/").await.unwrap();
+    assert!(res.headers().get("access-control-allow-origin").is_none(), "{:?}", res.headers());
+    let res = http().get(url("/feeds/secret/")).header("origin", origin).bearer_auth(ALICE).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers().get("access-control-allow-origin").is_none(), "{:?}", res.headers());
+}
+
 /// Writes `request` on a fresh connection and reads the answer until the server closes it
 /// (30 s at most).
 async fn raw(request: &str) -> String {

@@ -6,11 +6,12 @@
 //!
 //! Files: `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
 //! Atom, JSON-P, ETags), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
-//! `sse` (event streams), `archive` (RFC 5005 documents), `publish` (PUT/POST/DELETE),
+//! `cors` (cross-origin reads of open feeds), `sse` (event streams), `archive` (RFC 5005 documents), `publish` (PUT/POST/DELETE),
 //! `page` (the HTML page), `errors` (the one error type).
 
 pub mod archive;
 pub mod auth;
+pub mod cors;
 pub mod errors;
 pub mod formats;
 pub mod longpoll;
@@ -109,6 +110,7 @@ pub fn router<S: Store>(state: Arc<HttpState<S>>) -> axum::Router {
             ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "not-allowed", "method not allowed here")
         })
         .layer(axum::middleware::from_fn_with_state(state.clone(), gate::<S>))
+        .layer(cors::layer(state.svc.policy().clone()))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             timeout,

@@ -27,7 +27,9 @@ pub mod pubsub_errors;
 pub mod shim;
 pub mod subscriptions;
 
-pub use crate::atom::{ATOM, DeletedEntry, EntryError, TOMBSTONES, inspect_entry, inspect_item, parse_stored, tombstone};
+pub use crate::atom::{
+    ATOM, DeletedEntry, EntryError, TOMBSTONES, inspect_entry, inspect_item, parse_stored, tombstone,
+};
 pub use event::{Push, PushBody};
 pub use items::{ItemsPage, ItemsQuery, ItemsRequest, ItemsResult, PageItem};
 pub use publish::{Publish, PublishItem, PublishRequest, publish_result};
@@ -36,4 +38,3 @@ pub use shim::{Header, Headers, SyncHeaders};
 
 /// XEP-0131 Stanza Headers and Internet Metadata.
 pub const SHIM: &str = "http://jabber.org/protocol/shim";
-

@@ -51,7 +51,7 @@ impl<S: Store> Service<S> {
         &self.store
     }
 
-    pub fn policy(&self) -> &Policy {
+    pub fn policy(&self) -> &Arc<Policy> {
         &self.policy
     }
 
