@@ -255,6 +255,7 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
                 http.tokens.iter().map(|t| (t.token.clone(), crate::config::canonical_jid(&t.jid))),
             ),
             wakeups: wakeups.clone(),
+            flights: Arc::default(),
             limiter: Limiter::new(
                 config.limits.requests_per_second,
                 config.limits.request_burst,

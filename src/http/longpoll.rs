@@ -7,6 +7,10 @@
 //! at once. One counter per view, however many requests hold it: ten thousand long-polls of
 //! one view are ten thousand waiting futures on one `watch`, not threads or polling loops.
 //!
+//! The counters hold a wake-up generation, global and only growing: a woken request knows
+//! which wake-up it saw, so identical re-reads for the same one can be shared
+//! ([`super::flights`]).
+//!
 //! The change sink only hands changes over (`try_send`); a task does the waking, so the
 //! store's writer never waits for it. If that hand-over queue is ever full, the next change
 //! that gets through wakes every held request (they re-read, and those with nothing new
@@ -15,7 +19,7 @@
 use crate::feed::change::belongs;
 use crate::feed::{Change, View};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::{mpsc, watch};
 
@@ -29,6 +33,8 @@ pub struct Wakeups {
     feeds: Mutex<HashMap<String, HashMap<View, watch::Sender<u64>>>>,
     /// Set when a change could not be handed over.
     lost: AtomicBool,
+    /// The last wake-up's generation.
+    generation: AtomicU64,
 }
 
 /// A registration; dropping it unregisters (the view's counter goes when its last holder does).
@@ -39,13 +45,15 @@ pub struct Held {
 }
 
 impl Held {
-    /// Resolves when a change enters the view after the registration (or a previous wait).
-    pub async fn changed(&mut self) {
+    /// Resolves when a change enters the view after the registration (or a previous wait),
+    /// with the generation of the wake-up.
+    pub async fn changed(&mut self) -> u64 {
         match &mut self.rx {
             Some(rx) => {
                 if rx.changed().await.is_err() {
                     std::future::pending::<()>().await
                 }
+                *rx.borrow_and_update()
             }
             None => std::future::pending().await,
         }
@@ -79,7 +87,7 @@ impl Wakeups {
         let rx = match views.get(&view) {
             Some(tx) => tx.subscribe(),
             None => {
-                let (tx, rx) = watch::channel(0);
+                let (tx, rx) = watch::channel(self.generation.load(Ordering::SeqCst));
                 views.insert(view.clone(), tx);
                 rx
             }
@@ -95,16 +103,17 @@ impl Wakeups {
     /// Wakes the holders of every view of the change's feed that the change enters.
     pub fn wake(&self, change: &Change) {
         let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if self.lost.swap(false, Ordering::SeqCst) {
             for tx in feeds.values().flat_map(HashMap::values) {
-                tx.send_modify(|n| *n += 1);
+                tx.send_replace(generation);
             }
             return;
         }
         if let Some(views) = feeds.get(&change.feed) {
             for (view, tx) in views {
                 if belongs(view, &change.item, change.created) {
-                    tx.send_modify(|n| *n += 1);
+                    tx.send_replace(generation);
                 }
             }
         }

@@ -5,7 +5,7 @@
 //! by the same change stream that feeds XMPP pushes.
 //!
 //! Files: `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
-//! Atom, JSON-P, ETags), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
+//! Atom, JSON-P, ETags), `pull` (pull and long-poll), `longpoll` (the wake-up registry), `flights` (one read for many woken polls),
 //! `cors` (cross-origin reads of open feeds), `sse` (event streams), `archive` (RFC 5005 documents), `publish` (PUT/POST/DELETE),
 //! `page` (the HTML page), `errors` (the one error type).
 
@@ -13,6 +13,7 @@ pub mod archive;
 pub mod auth;
 pub mod cors;
 pub mod errors;
+pub mod flights;
 pub mod formats;
 pub mod longpoll;
 pub mod page;
@@ -71,6 +72,8 @@ pub struct HttpState<S: Store> {
     pub settings: Settings,
     pub tokens: Tokens,
     pub wakeups: Arc<longpoll::Wakeups>,
+    /// Shared re-reads of woken long-polls.
+    pub flights: Arc<flights::Flights>,
     pub limiter: Limiter,
     pub metrics: Arc<Metrics>,
     /// Set at shutdown: held requests answer at once and streams end.

@@ -169,14 +169,20 @@ async fn long_poll<S: Store>(
     let _held_metric = st.metrics.held("longpoll");
     // Registered before the re-read, so a change committed after the first read is seen.
     let mut held = st.wakeups.hold(view.clone());
+    let mut woken_by = None;
     loop {
-        let page = st.svc.pull(actor.as_str(), req.clone()).await.map_err(|e| ApiError::from_feed(e, actor))?;
+        let page = match woken_by {
+            None => st.svc.pull(actor.as_str(), req.clone()).await,
+            // Every request woken by the same wake-up shares one read.
+            Some(generation) => st.flights.pull(&st.svc, actor.as_str(), &req, generation).await,
+        };
+        let page = page.map_err(|e| ApiError::from_feed(e, actor))?;
         if !page.items.is_empty() {
             return Ok(page);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         tokio::select! {
-            _ = held.changed() => {}
+            generation = held.changed() => woken_by = Some(generation),
             _ = tokio::time::sleep(left) => return Ok(page),
             _ = st.closed() => return Ok(page),
         }

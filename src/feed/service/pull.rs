@@ -9,7 +9,7 @@ use crate::feed::ports::Store;
 use crate::feed::position::Position;
 
 /// An `<items/>` request (or its HTTP twin) as the face parsed it, positions still as text.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PullRequest {
     pub node: String,
     /// RSM `<max>`.
