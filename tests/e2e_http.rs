@@ -465,6 +465,20 @@ async fn a_long_poll_is_answered_by_a_publish_through_either_face_and_times_out_
     }
     let (_, (s, doc)) = bob_only.await.unwrap();
     assert_eq!((s, doc["count"].as_u64()), (StatusCode::OK, Some(0)), "not woken by an item outside its view");
+    // Many requests held on one view (their re-reads are shared) each get the item, also
+    // when two publishes follow each other closely.
+    let many: Vec<_> = (0..200).map(|_| held("order=created&since=id%3Al1&timeout=20")).collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for id in ["l2", "l3"] {
+        let reply = bot.iq(publish_iq("lp", Some(id), &entry(&format!("urn:{id}"), id, None, &[]))).await;
+        assert_eq!(common::stanza_type(&reply), "result");
+    }
+    for h in many {
+        let (_, (s, doc)) = h.await.unwrap();
+        assert_eq!(s, StatusCode::OK);
+        let got = ids(&doc);
+        assert_eq!(got.first().map(String::as_str), Some("l2"), "{got:?}");
+    }
     // A descending view, or `until`, answers at once.
     let started = Instant::now();
     let (_, doc) = get_json("/feeds/lp/?order=-created&since=id%3Al1&timeout=20", None).await;

@@ -12,10 +12,10 @@
 //! after the commit behind it. A flight leaves the table when it ends; one whose requests
 //! all went away is found dead (`WeakShared`) and started afresh.
 
-use crate::feed::ports::Store;
-use crate::feed::service::{PullRequest, Service};
 use crate::feed::FeedError;
 use crate::feed::page::Page;
+use crate::feed::ports::Store;
+use crate::feed::service::{PullRequest, Service};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared, WeakShared};
 use std::collections::HashMap;
