@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::process::free_port;
 use common::pubsub::*;
 use common::push::{next_push, subscribe};
 use common::{Client, Fixture, Shared as SharedFixture};
@@ -24,10 +25,6 @@ struct Shared {
 }
 
 static SHARED: SharedFixture<Shared> = SharedFixture::new();
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
 
 fn shared() -> &'static Shared {
     SHARED.get_or_start(|| {

@@ -5,11 +5,12 @@
 
 mod common;
 
+use common::process::free_port;
 use common::pubsub::entry;
+use common::smartfeeds::scrape_metrics;
 use common::{Fixture, Shared};
 use reqwest::StatusCode;
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::time::Duration;
 
 const EVE: &str = "eve-token-0123456789ab";
@@ -23,10 +24,6 @@ struct Ports {
 }
 
 static FX: Shared<Ports> = Shared::new();
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
 
 fn ports() -> &'static Ports {
     FX.get_or_start(|| {
@@ -68,11 +65,7 @@ fn url(path: &str) -> String {
 }
 
 fn scrape() -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", ports().metrics)).expect("metrics port");
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    scrape_metrics(ports().metrics)
 }
 
 /// The value of the metric line that starts with `prefix` (0 when absent).

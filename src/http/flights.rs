@@ -21,7 +21,9 @@ use futures::future::{BoxFuture, Shared, WeakShared};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-type Flight = Shared<BoxFuture<'static, Result<Page, FeedError>>>;
+/// A read, as every caller waiting for it holds it.
+type Read = BoxFuture<'static, Result<Page, FeedError>>;
+type Flight = Shared<Read>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Key {
@@ -33,7 +35,7 @@ struct Key {
 /// Reads in flight, by what they ask.
 #[derive(Default)]
 pub struct Flights {
-    map: Mutex<HashMap<Key, WeakShared<BoxFuture<'static, Result<Page, FeedError>>>>>,
+    map: Mutex<HashMap<Key, WeakShared<Read>>>,
 }
 
 impl Flights {

@@ -237,3 +237,14 @@ fn toml_string(path: &Path) -> String {
     let s = path.to_str().expect("temporary paths are UTF-8");
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
+
+/// The text smartfeeds' Prometheus endpoint on `127.0.0.1:port` answers (status line and
+/// headers included).
+pub fn scrape_metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics port");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("metrics request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("metrics answer");
+    out
+}

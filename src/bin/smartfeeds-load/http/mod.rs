@@ -16,9 +16,9 @@ mod archive;
 mod longpoll;
 mod publish;
 
+pub use crate::publish::EntryArgs as PublishArgs;
 pub use archive::ArchiveArgs;
 pub use longpoll::LongpollArgs;
-pub use publish::PublishArgs;
 
 use std::time::{Duration, Instant};
 
