@@ -167,9 +167,25 @@ pub struct ComponentConfig {
     /// The shared secret; `SMARTFEEDS_SECRET` overrides it. Never logged.
     #[serde(default)]
     pub secret: String,
-    /// The server's component port, `host:port`.
-    #[serde(default = "default_server")]
-    pub server: String,
+    /// The server's component port, `host:port`; or several (`["a:5347", "b:5347"]`),
+    /// tried in turn: each instance may attach to another node of a cluster and move when
+    /// its node goes.
+    #[serde(default = "default_server", deserialize_with = "one_or_many")]
+    pub server: Vec<String>,
+}
+
+/// A string, or a list of strings.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 impl std::fmt::Debug for ComponentConfig {
@@ -182,8 +198,8 @@ impl std::fmt::Debug for ComponentConfig {
     }
 }
 
-fn default_server() -> String {
-    "127.0.0.1:5347".into()
+fn default_server() -> Vec<String> {
+    vec!["127.0.0.1:5347".into()]
 }
 
 #[derive(Clone, Default, Deserialize)]
@@ -370,8 +386,13 @@ impl Config {
         if self.component.secret.is_empty() {
             return bad("component.secret is empty (set it, or SMARTFEEDS_SECRET)".into());
         }
-        if self.component.server.parse::<std::net::SocketAddr>().is_err() && !self.component.server.contains(':') {
-            return bad(format!("component.server {:?} is not host:port", self.component.server));
+        if self.component.server.is_empty() {
+            return bad("component.server is an empty list".into());
+        }
+        for server in &self.component.server {
+            if server.parse::<std::net::SocketAddr>().is_err() && !server.contains(':') {
+                return bad(format!("component.server {server:?} is not host:port"));
+            }
         }
         for a in &self.admins {
             check_bare_jid("admins", a)?;
@@ -524,7 +545,7 @@ allowed = ["bob@x", "*@example.net"]
     fn good_config_parses_with_defaults() {
         let c = Config::parse(GOOD).unwrap();
         c.validate().unwrap();
-        assert_eq!(c.component.server, "127.0.0.1:5347");
+        assert_eq!(c.component.server, ["127.0.0.1:5347"]);
         assert_eq!(c.limits.max_page, 500);
         let p = c.policy();
         let comments = p.feed("comments");
@@ -550,6 +571,23 @@ allowed = ["bob@x", "*@example.net"]
         assert_eq!(c.store.describe(), "postgres://feeds:***@db.example:5433/feeds");
         assert!(!format!("{c:?}").contains("s3cret"), "the password is not printed");
         assert_eq!(redact("postgresql://u@h/d"), "postgresql://u@h/d");
+    }
+
+    #[test]
+    fn the_server_is_one_address_or_a_list_tried_in_turn() {
+        let with = |server: &str| {
+            Config::parse(&GOOD.replace("secret = \"s\"", &format!("secret = \"s\"\nserver = {server}")))
+        };
+        let c = with("\"10.0.0.1:5347\"").unwrap();
+        assert_eq!(c.component.server, ["10.0.0.1:5347"]);
+        let c = with("[\"a.example:5347\", \"b.example:5348\"]").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.component.server, ["a.example:5347", "b.example:5348"]);
+        let err = with("[]").unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains("empty"), "{err}");
+        let err = with("[\"a:1\", \"nowhere\"]").unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains("\"nowhere\" is not host:port"), "{err}");
+        assert!(with("5347").is_err());
     }
 
     #[test]

@@ -21,8 +21,8 @@ use xmpp_parsers::stanza_error::{DefinedCondition, ErrorType, StanzaError};
 /// Where and how to connect.
 #[derive(Clone, Debug)]
 pub struct LinkConfig {
-    /// The server's component port, `ip:port`.
-    pub addr: String,
+    /// The server's component ports, `host:port`, tried in turn.
+    pub servers: Vec<String>,
     /// Our domain.
     pub jid: Jid,
     pub secret: String,
@@ -42,13 +42,13 @@ pub struct LinkConfig {
 }
 
 impl LinkConfig {
-    /// Defaults for a component `jid` on the server at `addr`.
-    pub fn new(addr: String, jid: Jid, secret: String) -> LinkConfig {
+    /// Defaults for a component `jid` on the servers at `servers` (tried in turn).
+    pub fn new(servers: Vec<String>, jid: Jid, secret: String) -> LinkConfig {
         let domain = jid.domain().as_str();
         let parent = domain.split_once('.').map_or(domain, |(_, p)| p);
         let ping_to = Jid::new(parent).unwrap_or_else(|_| jid.clone());
         LinkConfig {
-            addr,
+            servers,
             jid,
             secret,
             ping_to,
@@ -162,6 +162,9 @@ impl ToParts for Outgoing {
 /// Encoded stanzas are written once this much is buffered, even if more are ready.
 const WRITE_BATCH: usize = 64 * 1024;
 
+/// How often a hot standby asks whether the active instance is gone.
+const STANDBY_RETRY: Duration = Duration::from_secs(1);
+
 /// Runs the link until both outbound queues are closed (every sender dropped) and drained:
 /// then closes the stream cleanly (see [`close`]) and returns. Inbound stanzas go to
 /// `inbound`, which must not block. Once `closing` is true, requests are refused here.
@@ -175,25 +178,45 @@ pub async fn run(cfg: LinkConfig, mut out: Outbound, closing: watch::Receiver<bo
     let mut pending: Option<Outgoing> = None;
     let (mut replies_open, mut pushes_open) = (true, true);
     let mut pings = 0u64;
+    // Which server of the list is tried next, and whether we stand by for another instance.
+    let (mut at, mut standing_by) = (0usize, false);
     loop {
         let domain = cfg.jid.domain().as_str();
+        let addr = cfg.servers[at % cfg.servers.len().max(1)].as_str();
         let (mut reader, mut writer) =
-            match stream::connect(&cfg.addr, domain, &cfg.secret, cfg.limits, Duration::from_secs(10)).await {
+            match stream::connect(addr, domain, &cfg.secret, cfg.limits, Duration::from_secs(10)).await {
                 Ok(link) => link,
                 Err(e) if *closing.borrow() => {
-                    tracing::warn!(server = %cfg.addr, error = %e, "shutting down without a server connection");
+                    tracing::warn!(server = %addr, error = %e, "shutting down without a server connection");
                     return;
                 }
+                // Another instance holds the domain on this server (Prosody takes one
+                // connection per component): wait as its hot standby and take over as soon
+                // as it goes.
+                Err(stream::ConnectError::Refused { condition, .. }) if condition.starts_with("conflict") => {
+                    if !standing_by {
+                        tracing::info!(server = %addr, %domain, "another instance is connected; standing by");
+                        standing_by = true;
+                    }
+                    tokio::time::sleep(STANDBY_RETRY).await;
+                    continue;
+                }
                 Err(e) => {
-                    tracing::warn!(server = %cfg.addr, error = %e, retry_in = ?backoff, "cannot connect to the server");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(cfg.max_backoff);
+                    at += 1;
+                    // A full round of the list failed: wait before the next.
+                    let wait = if at % cfg.servers.len().max(1) == 0 { backoff } else { Duration::ZERO };
+                    tracing::warn!(server = %addr, error = %e, retry_in = ?wait, "cannot connect to the server");
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                        backoff = (backoff * 2).min(cfg.max_backoff);
+                    }
                     continue;
                 }
             };
+        standing_by = false;
         logins += 1;
         backoff = Duration::from_millis(250);
-        tracing::info!(server = %cfg.addr, jid = %cfg.jid, "connected");
+        tracing::info!(server = %addr, jid = %cfg.jid, "connected");
         inbound(Inbound::Connected { n: logins });
         let mut keepalive = tokio::time::interval(cfg.keepalive);
         keepalive.tick().await;
@@ -257,7 +280,7 @@ pub async fn run(cfg: LinkConfig, mut out: Outbound, closing: watch::Receiver<bo
                 }
             }
         };
-        tracing::warn!(server = %cfg.addr, %reason, "lost the server connection; reconnecting");
+        tracing::warn!(server = %addr, %reason, "lost the server connection; reconnecting");
         inbound(Inbound::Disconnected { reason });
     }
 }

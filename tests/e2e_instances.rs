@@ -1,0 +1,206 @@
+//! End to end, several smartfeeds processes on one PostgreSQL database (SPEC §12): a private
+//! PostgreSQL server, the XMPP server `SMARTFEEDS_TEST_SERVER` selects, and two instances of
+//! the real binary with the same configuration. Publishes through both are read once and in
+//! order through either, a write acknowledged by one is read through the other, and when
+//! one instance is killed the other serves (on Prosody, which takes one connection per
+//! component domain, it waited as a hot standby until then).
+
+mod common;
+
+use common::process::free_port;
+use common::pubsub::*;
+use common::push::{next_push, subscribe};
+use common::{Smartfeeds, TestServer, stanza_type, start_selected};
+use reqwest::StatusCode;
+use serde_json::Value;
+use smartfeeds::store::postgres::scratch::TempServer;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+const BOT: &str = "bot-token-0123456789";
+
+/// An instance on the database `url`, its HTTP face on `http`; returns it once the HTTP face
+/// answers.
+async fn instance(host: &TestServer, url: &str, http: u16) -> Smartfeeds {
+    let (secret, server) = (host.secret().to_string(), host.component_addr());
+    let sf = Smartfeeds::start_config(host, |_| {
+        format!(
+            r#"admins = ["admin@localhost"]
+[component]
+jid = "feeds.localhost"
+secret = "{secret}"
+server = ["127.0.0.1:{dead}", "{server}"]
+[store]
+url = "{url}"
+[http]
+listen = "127.0.0.1:{http}"
+[[http.tokens]]
+jid = "bot@localhost"
+token = "{BOT}"
+[[feeds]]
+name = "shared"
+publishers = ["bot@localhost"]
+"#,
+            dead = free_port(),
+        )
+    });
+    let started = Instant::now();
+    while reqwest::get(format!("http://127.0.0.1:{http}/health")).await.map(|r| r.status()).ok() != Some(StatusCode::OK)
+    {
+        assert!(started.elapsed() < Duration::from_secs(15), "no HTTP face on {http}:\n{}", sf.log_tail(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sf
+}
+
+async fn fresh_database() -> String {
+    TempServer::shared().create_database().await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// PUTs an entry through the instance on `port`.
+async fn put(port: u16, id: &str) {
+    let res = reqwest::Client::new()
+        .put(format!("http://127.0.0.1:{port}/feeds/shared/items/{id}"))
+        .bearer_auth(BOT)
+        .header("content-type", "application/atom+xml")
+        .body(entry(&format!("urn:{id}"), id, None, &[]))
+        .send()
+        .await
+        .expect("PUT");
+    assert_eq!(res.status(), StatusCode::OK, "PUT {id} on {port}: {}", res.text().await.unwrap_or_default());
+}
+
+/// A page of the `modified` view after `since` (a bare cursor), through the instance on `port`.
+async fn page_after(port: u16, since: Option<&str>) -> (Vec<String>, Option<String>) {
+    let since = since.map_or(String::new(), |c| format!("&since=cursor:{c}"));
+    let url = format!("http://127.0.0.1:{port}/feeds/shared/?order=modified&max=7&timeout=0{since}");
+    let doc: Value = reqwest::get(url).await.expect("GET").json().await.expect("JSON");
+    let ids = doc["items"].as_array().expect("items").iter().map(|i| i["id"].as_str().unwrap().to_string()).collect();
+    (ids, doc["last_cursor"].as_str().map(str::to_string))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_through_both_instances_are_read_once_in_order_through_either() {
+    let host = start_selected();
+    let url = fresh_database().await;
+    let (pa, pb) = (free_port(), free_port());
+    let (a, b) = (instance(&host, &url, pa).await, instance(&host, &url, pb).await);
+
+    // Two publishers, one per instance; each write acknowledged by one is read through the
+    // other at once.
+    let publisher = |mine: u16, other: u16, prefix: &'static str| async move {
+        for i in 0..60 {
+            let id = format!("{prefix}{i}");
+            put(mine, &id).await;
+            let res = reqwest::get(format!("http://127.0.0.1:{other}/feeds/shared/items/{id}")).await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK, "{id}, acknowledged by {mine}, is read through {other}");
+        }
+    };
+    let writers = tokio::spawn(async move {
+        tokio::join!(publisher(pa, pb, "a"), publisher(pb, pa, "b"));
+    });
+    // Meanwhile a reader pages forward through both instances in turn, and on until a page
+    // comes back empty after the writers are done.
+    let mut seen: Vec<String> = Vec::new();
+    let mut last: Option<String> = None;
+    let mut turn = 0;
+    loop {
+        let done = writers.is_finished();
+        let (ids, next) = page_after(if turn % 2 == 0 { pa } else { pb }, last.as_deref()).await;
+        turn += 1;
+        if ids.is_empty() {
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        seen.extend(ids);
+        last = next;
+    }
+    writers.await.expect("the writers");
+    let unique: HashSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "no item read twice: {seen:?}");
+    let want: HashSet<String> = (0..60).flat_map(|i| [format!("a{i}"), format!("b{i}")]).collect();
+    assert_eq!(unique, want.iter().collect(), "every acknowledged item read once");
+    // Each publisher's own items come in the order it wrote them (commit order is cursor order).
+    for prefix in ["a", "b"] {
+        let mine: Vec<u32> = seen.iter().filter_map(|id| id.strip_prefix(prefix)?.parse().ok()).collect();
+        assert!(mine.windows(2).all(|w| w[0] < w[1]), "{prefix}: {mine:?}");
+    }
+    assert!(turn > 10, "the reader paged through both instances during the run");
+    drop((a, b));
+}
+
+/// Logs in and asks for the shared feed's items until the service answers, for at most `limit`.
+async fn served_within(host: &TestServer, limit: Duration) -> Page {
+    let started = Instant::now();
+    loop {
+        if let Ok(mut c) = common::Client::try_connect(host.c2s_port(), "carol@localhost", "password").await {
+            let q = Pull::node("shared?order=created").max(100);
+            if let Ok(reply) = c.try_iq(q.iq(), Duration::from_secs(2)).await
+                && stanza_type(&reply) == "result"
+            {
+                return parse_page(&reply);
+            }
+        }
+        assert!(started.elapsed() < limit, "not served within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_one_instance_is_killed_the_other_serves_and_pushes() {
+    let host = start_selected();
+    host.create_user("carol", "password");
+    let url = fresh_database().await;
+    let mut a = instance(&host, &url, free_port()).await;
+    let b = instance(&host, &url, free_port()).await;
+    let standby = host.kind() == common::Kind::Prosody;
+    if standby {
+        // Prosody takes one connection per component domain: the second waits.
+        let started = Instant::now();
+        while !std::fs::read_to_string(b.log_path()).unwrap_or_default().contains("standing by") {
+            assert!(started.elapsed() < Duration::from_secs(10), "b stands by:\n{}", b.log_tail(20));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Both tried the dead address first, then the server.
+    for sf in [&a, &b] {
+        let log = std::fs::read_to_string(sf.log_path()).unwrap();
+        assert!(log.contains("cannot connect to the server"), "{}", sf.log_tail(20));
+    }
+
+    let mut alice = host.login("alice").await;
+    subscribe(&mut alice, "shared", "alice@localhost").await;
+    let mut bot = host.login("bot").await;
+    for i in 0..5 {
+        let r = bot.iq(publish_iq("shared", Some(&format!("k{i}")), &entry("urn:k", "before", None, &[]))).await;
+        assert_eq!(stanza_type(&r), "result");
+    }
+    let mut last = None;
+    for _ in 0..5 {
+        last = Some(next_push(&mut alice, Duration::from_secs(5)).await.last_cursor().to_string());
+    }
+
+    // The active instance (on ejabberd: one of two) dies.
+    let killed = Instant::now();
+    a.kill();
+    let page = served_within(&host, Duration::from_secs(15)).await;
+    eprintln!("served again {:?} after the kill", killed.elapsed());
+    let mut ids = page.ids();
+    ids.sort();
+    assert_eq!(ids, ["k0", "k1", "k2", "k3", "k4"], "every acknowledged item is there");
+    if standby {
+        let log = std::fs::read_to_string(b.log_path()).unwrap();
+        assert!(log.contains("connected"), "the standby took over:\n{}", b.log_tail(20));
+    }
+    // The subscription lives in the database: the survivor pushes the next change, and its
+    // chain continues from the last push alice got.
+    let mut bot = host.login("bot").await;
+    let r = bot.iq(publish_iq("shared", Some("k5"), &entry("urn:k", "after", None, &[]))).await;
+    assert_eq!(stanza_type(&r), "result");
+    let push = next_push(&mut alice, Duration::from_secs(10)).await;
+    assert_eq!(push.previous, last, "the chain is unbroken across the takeover");
+    drop(b);
+}
