@@ -204,3 +204,70 @@ async fn when_one_instance_is_killed_the_other_serves_and_pushes() {
     assert_eq!(push.previous, last, "the chain is unbroken across the takeover");
     drop(b);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_across_a_postgresql_restart_get_answers_and_none_acknowledged_is_lost() {
+    let host = start_selected();
+    // A server of its own, durable, that the test restarts.
+    let pg = std::sync::Arc::new(TempServer::start().unwrap_or_else(|e| panic!("{e}")));
+    let url = pg.create_database().await.unwrap_or_else(|e| panic!("{e}"));
+    let sf = instance(&host, &url, free_port()).await;
+    let mut bot = host.login("bot").await;
+
+    // Publishes one at a time while PostgreSQL goes down for 2 s and comes back.
+    let restart = {
+        let pg = pg.clone();
+        tokio::task::spawn_blocking(move || {
+            std::thread::sleep(Duration::from_millis(700));
+            pg.restart(Duration::from_secs(2))
+        })
+    };
+    let (mut acked, mut refused, mut after_restart) = (Vec::new(), 0, 0);
+    let mut i = 0;
+    loop {
+        let back = restart.is_finished();
+        if back && after_restart >= 10 {
+            break;
+        }
+        let id = format!("r{i}");
+        i += 1;
+        let reply = bot
+            .try_iq(publish_iq("shared", Some(&id), &entry("urn:r", "r", None, &[])), Duration::from_secs(15))
+            .await
+            .unwrap_or_else(|e| panic!("publish {id} got no answer (a hang): {e}\n{}", sf.log_tail(30)));
+        match stanza_type(&reply) {
+            "result" => {
+                acked.push(id);
+                after_restart += usize::from(back);
+            }
+            _ => {
+                let error = reply.get_child("error", "jabber:client").map(|e| e.attr("type").unwrap_or("").to_string());
+                assert_eq!(error.as_deref(), Some("wait"), "a wait-type error: {}", common::to_xml(&reply));
+                refused += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        assert!(i < 5000, "publishing did not resume after the restart:\n{}", sf.log_tail(30));
+    }
+    restart.await.unwrap().unwrap_or_else(|e| panic!("restarting PostgreSQL: {e}"));
+    eprintln!("{} acknowledged, {refused} refused with a wait-type error", acked.len());
+    assert!(refused > 0, "some publishes met PostgreSQL down (else the test did not test the gap)");
+
+    // Every acknowledged publish is there.
+    let mut have: HashSet<String> = HashSet::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut q = Pull::node("shared?order=created").max(200);
+        if let Some(a) = &after {
+            q = q.after(a);
+        }
+        let page = pull(&mut bot, &q).await;
+        have.extend(page.ids());
+        if page.items.len() < 200 {
+            break;
+        }
+        after = page.last.clone();
+    }
+    let lost: Vec<&String> = acked.iter().filter(|id| !have.contains(*id)).collect();
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+}

@@ -38,6 +38,9 @@ const MISSING: &str = "PostgreSQL 15 or later is not installed (no initdb and pg
 pub struct TempServer {
     port: u16,
     dir: PathBuf,
+    /// Where `pg_ctl` is, and the options the server was started with (for a restart).
+    bin: PathBuf,
+    options: String,
     /// Closing it stops the server.
     stdin: Option<ChildStdin>,
     child: Child,
@@ -107,12 +110,59 @@ impl TempServer {
             return Err(format!("the server did not start: {}", err.trim()));
         }
         let stdin = child.stdin.take();
-        Ok(TempServer { port, dir, stdin, child })
+        Ok(TempServer { port, dir, bin, options: options.to_string(), stdin, child })
     }
 
     /// The URL of database `db` on this server.
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Stops the server as an operator's restart does (`pg_ctl stop -m fast`: sessions are
+    /// ended, in-flight transactions rolled back), keeps it down for `down`, and starts it
+    /// again on the same port and data.
+    pub fn restart(&self, down: std::time::Duration) -> Result<(), String> {
+        let data = self.dir.join("data");
+        self.pg_ctl(&["-D", &data.to_string_lossy(), "-m", "fast", "-w", "stop"])?;
+        std::thread::sleep(down);
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 {}",
+            self.port,
+            self.dir.display(),
+            self.options
+        );
+        let log = self.dir.join("server.log");
+        self.pg_ctl(&[
+            "-D",
+            &data.to_string_lossy(),
+            "-l",
+            &log.to_string_lossy(),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            &opts,
+            "start",
+        ])
+    }
+
+    /// Runs `pg_ctl ARGS` as the server's user.
+    fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let root = std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false);
+        let mut cmd = if root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&pg_ctl);
+            c
+        } else {
+            Command::new(&pg_ctl)
+        };
+        let out = cmd.args(args).stdin(Stdio::null()).output().map_err(|e| format!("cannot run pg_ctl: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("pg_ctl {}: {}", args.last().unwrap_or(&""), String::from_utf8_lossy(&out.stderr).trim()))
+        }
     }
 
     /// The directory holding the data, the logs and the unix socket.
