@@ -19,6 +19,7 @@ use crate::feed::service::{PullRequest, Service};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared, WeakShared};
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// A read, as every caller waiting for it holds it.
@@ -48,6 +49,22 @@ impl Flights {
         req: &PullRequest,
         generation: u64,
     ) -> Result<Page, FeedError> {
+        let svc = svc.clone();
+        self.share(actor, req, generation, move |actor, req| async move { svc.pull(&actor, req).await }).await
+    }
+
+    /// `read(actor, req)`, unless a read of the same key is in flight: then its answer.
+    async fn share<F, Fut>(
+        self: &Arc<Self>,
+        actor: &str,
+        req: &PullRequest,
+        generation: u64,
+        read: F,
+    ) -> Result<Page, FeedError>
+    where
+        F: FnOnce(String, PullRequest) -> Fut,
+        Fut: Future<Output = Result<Page, FeedError>> + Send + 'static,
+    {
         let key = Key { actor: actor.to_string(), req: req.clone(), generation };
         let flight: Flight = {
             let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
@@ -55,9 +72,10 @@ impl Flights {
                 Some(f) => f,
                 None => {
                     map.retain(|_, f| f.upgrade().is_some());
-                    let (svc, me, k) = (svc.clone(), self.clone(), key.clone());
+                    let (me, k) = (self.clone(), key.clone());
+                    let reading = read(key.actor.clone(), key.req.clone());
                     let f = async move {
-                        let page = svc.pull(&k.actor, k.req.clone()).await;
+                        let page = reading.await;
                         me.map.lock().unwrap_or_else(PoisonError::into_inner).remove(&k);
                         page
                     }
@@ -72,9 +90,66 @@ impl Flights {
         };
         flight.await
     }
+}
 
-    /// Reads in flight now (for tests).
-    pub fn in_flight(&self) -> usize {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner).len()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::sync::watch;
+
+    /// A read that counts itself and answers once `go` is true, with a page of `count` items.
+    fn gated(
+        reads: &Arc<AtomicUsize>,
+        go: &watch::Receiver<bool>,
+    ) -> impl FnOnce(String, PullRequest) -> futures::future::BoxFuture<'static, Result<Page, FeedError>> + use<> {
+        let (reads, mut go) = (reads.clone(), go.clone());
+        move |_, _| {
+            let n = reads.fetch_add(1, Ordering::SeqCst) as u64 + 1;
+            async move {
+                let _ = go.wait_for(|g| *g).await;
+                Ok(Page { count: n, ..Page::default() })
+            }
+            .boxed()
+        }
+    }
+
+    #[tokio::test]
+    async fn callers_of_one_wake_up_share_a_read_and_later_ones_read_again() {
+        let flights = Arc::new(Flights::default());
+        let reads = Arc::new(AtomicUsize::new(0));
+        let (open, go) = watch::channel(false);
+        let req = PullRequest { node: "f?order=created".into(), ..PullRequest::default() };
+        let waiting: Vec<_> = (0..10)
+            .map(|_| {
+                let (flights, req, read) = (flights.clone(), req.clone(), gated(&reads, &go));
+                tokio::spawn(async move { flights.share("a@x", &req, 7, read).await })
+            })
+            .collect();
+        // Another actor, or another wake-up, is another read.
+        let other_actor = {
+            let (flights, req, read) = (flights.clone(), req.clone(), gated(&reads, &go));
+            tokio::spawn(async move { flights.share("b@x", &req, 7, read).await })
+        };
+        let other_generation = {
+            let (flights, req, read) = (flights.clone(), req.clone(), gated(&reads, &go));
+            tokio::spawn(async move { flights.share("a@x", &req, 8, read).await })
+        };
+        while flights.map.lock().unwrap().len() < 3 {
+            tokio::task::yield_now().await;
+        }
+        open.send_replace(true);
+        let mut counts = Vec::new();
+        for w in waiting {
+            counts.push(w.await.unwrap().unwrap().count);
+        }
+        assert!(counts.iter().all(|&c| c == counts[0]), "one answer for all: {counts:?}");
+        assert_ne!(other_actor.await.unwrap().unwrap().count, counts[0]);
+        assert_ne!(other_generation.await.unwrap().unwrap().count, counts[0]);
+        assert_eq!(reads.load(Ordering::SeqCst), 3, "three reads for twelve callers");
+        // Finished flights leave the table: the same key later reads afresh.
+        assert_eq!(flights.map.lock().unwrap().len(), 0);
+        let again = flights.share("a@x", &req, 7, gated(&reads, &go)).await.unwrap();
+        assert_eq!(again.count, 4);
     }
 }
