@@ -23,6 +23,9 @@
 //! - [`http`]: the HTTP face (axum): pull, long-poll, event streams, archives and publish
 //!   over HTTP, bearer tokens mapped to JIDs for the same `Policy::may`, held requests woken
 //!   by the change stream, and the small HTML page.
+//! - [`hub`]: the WebSub hub: verified subscriptions to views, and every change POSTed to
+//!   their callbacks as signed Atom documents, one at a time in commit order, from an outbox
+//!   written with the change itself, so deliveries survive crashes.
 //! - [`component`]: the XEP-0114 link: login, the XML stream with its limits, keepalive,
 //!   reconnects, and a shutdown that loses no request.
 //! - [`app`]: wiring: store, service, faces and link, run until SIGTERM, then drained.
@@ -39,6 +42,7 @@ pub mod component;
 pub mod config;
 pub mod feed;
 pub mod http;
+pub mod hub;
 pub mod limiter;
 pub mod logging;
 pub mod metrics;
