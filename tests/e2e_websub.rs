@@ -71,7 +71,7 @@ publishers = ["bot@localhost"]
 access = "whitelist"
 allowed = ["alice@localhost"]
 {}"#,
-            feeds(&["verify", "requests", "content", "order", "gone", "lease", "slow", "cross"])
+            feeds(&["verify", "requests", "content", "order", "gone", "lease", "slow", "cross", "admin"])
         );
         Shared { fx: Fixture::start(&tables), base: format!("http://127.0.0.1:{port}") }
     })
@@ -387,7 +387,39 @@ async fn a_publish_over_xmpp_reaches_websub_with_the_same_cursor_chain() {
     bot.close().await;
 }
 
-// ----- a process of its own: default hub settings, and a crash -----
+#[tokio::test]
+async fn admins_see_websub_subscriptions_in_list_feeds_and_subscribers() {
+    let sh = shared();
+    let cb = Callback::start().await;
+    let t = topic("admin/?order=modified");
+    subscribed(&hub(), &t, &cb, &[]).await;
+    let mut admin = sh.fx.server.login("admin").await;
+    let command = |node: &str, form: &str| {
+        common::xml(&format!(
+            "<iq type='set' to='feeds.localhost'><command xmlns='{CMDS}' node='{node}' action='execute'>{form}</command></iq>"
+        ))
+    };
+    let r = admin.iq(command("list-feeds", "")).await;
+    assert!(values(&r, "feeds").contains(&"admin: 0 items, 1 subscriptions".to_string()), "{}", common::to_xml(&r));
+    let form = "<x xmlns='jabber:x:data' type='submit'><field var='feed'><value>admin</value></field></x>";
+    let r = admin.iq(command("subscribers", form)).await;
+    assert_eq!(values(&r, "subscriptions"), [format!("{} {t}", cb.url)]);
+    admin.close().await;
+}
+
+const CMDS: &str = "http://jabber.org/protocol/commands";
+
+/// The values of a field of an ad-hoc command's form.
+fn values(reply: &minidom::Element, var: &str) -> Vec<String> {
+    let form = reply.get_child("command", CMDS).and_then(|c| c.get_child("x", "jabber:x:data"));
+    form.into_iter()
+        .flat_map(|f| f.children())
+        .filter(|f| f.attr("var") == Some(var))
+        .flat_map(|f| f.children().filter(|v| v.name() == "value").map(|v| v.text()))
+        .collect()
+}
+
+// ----- a process of its own: default hub settings, a backlog limit, a crash -----
 
 /// smartfeeds with `[http]` and no XMPP server (the link keeps retrying; HTTP serves).
 struct Alone {
@@ -454,6 +486,39 @@ async fn private_callbacks_are_refused_with_the_default_config() {
         assert_eq!(status, 400, "{callback}: {body}");
         assert!(body.contains("private"), "{body}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_past_its_limit_drops_its_oldest_changes_and_shows_the_gap() {
+    let alone = Alone::start(
+        "[hub]\nallow_private_callbacks = true\nmax_backlog = 3\nmax_attempts = 100\n\
+         retry_initial = 0.1\nretry_max = 0.2\ntimeout = 1.0\n",
+    );
+    let (hub, t) = (format!("{}/hub", alone.base), format!("{}/feeds/f/", alone.base));
+    let cb = Callback::start().await;
+    subscribed(&hub, &t, &cb, &[]).await;
+    // The callback holds every POST: b1 is on its way, b2..b10 wait in the outbox.
+    cb.hang(true);
+    put(&alone.base, "f", "b1").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cb.posts().is_empty() {
+        assert!(Instant::now() < deadline, "the b1 delivery was attempted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut cursors = Vec::new();
+    for i in 2..=10 {
+        cursors.push(put(&alone.base, "f", &format!("b{i}")).await);
+    }
+    // Housekeeping (every 5 s) keeps the newest 3 of the view's waiting changes.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let metrics = reqwest::get(&alone.metrics).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("smartfeeds_hub_queue_depth 3"), "{metrics}");
+    cb.hang(false);
+    let docs = cb.wait_ids(&["b1", "b8", "b9", "b10"]).await;
+    assert_eq!(entry_ids(&docs), ["b1", "b8", "b9", "b10"], "the oldest waiting changes were dropped");
+    let after_b1 = docs.iter().find(|d| tags(&d.body, "fo:id")[0] == "b8").unwrap();
+    assert_eq!(tag(&after_b1.body, "fo:prev_cursor").as_ref(), Some(&cursors[5]), "b7's cursor: the gap shows");
+    assert_ne!(tag(&after_b1.body, "fo:prev_cursor"), tag(&docs[0].body, "fo:last_cursor"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
