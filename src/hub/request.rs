@@ -58,6 +58,10 @@ impl Form {
 /// `category` only.
 fn topic_parts(base: &str, topic: &str) -> Result<(String, FeedQuery), ApiError> {
     let not_ours = || ApiError::bad_request(format!("hub.topic {:?} is not a feed URL of this service", quote(topic)));
+    // The topic goes into every delivery's `Link` header as written: a URL, so ASCII.
+    if !topic.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::bad_request("hub.topic must be a URL (percent-encode spaces and other characters)"));
+    }
     let rest = topic.strip_prefix(base).and_then(|r| r.strip_prefix("/feeds/")).ok_or_else(not_ours)?;
     if rest.contains('#') {
         return Err(not_ours());
@@ -149,6 +153,8 @@ mod tests {
             "http://h:1/feeds/c/items/x",
             "http://h:1/feeds/c/?since=cursor:1_0_1",
             "http://h:1/feeds/c/#x",
+            "http://h:1/feeds/c/?author=Zoë",
+            "http://h:1/feeds/c/?author=a b",
         ] {
             assert!(topic_parts(base, bad).is_err(), "{bad}");
         }
