@@ -54,7 +54,13 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
             return;
         }
         let (feed, view, batch) = (sub.feed, sub.view.clone(), hub.config.max_batch);
-        let read = hub.svc.store().read(move |tx| Ok(tx.outbox(feed, &view, delivered, batch)?)).await;
+        let key = (w.feed.clone(), sub.view.clone());
+        let generation = hub.registry.generations.get(&key);
+        let store = hub.svc.store().clone();
+        let read = hub
+            .reads
+            .get(&key, generation, delivered, || store.read(move |tx| Ok(tx.outbox(feed, &view, delivered, batch)?)))
+            .await;
         let entries = match read {
             Ok(e) => e,
             Err(e) => {

@@ -8,6 +8,7 @@
 //! - `verify`: verification of intent (`GET CALLBACK?hub.challenge=…`), then the store.
 //! - `deliver`: one task per subscription, one document at a time, retries with backoff.
 //! - `document`: the Atom document and its `X-Hub-Signature`.
+//! - `shared_reads`: one outbox read for all the subscriptions of a view.
 //! - `callback`: which callback URLs are safe, the HTTP client, bounded answers.
 //! - `metrics`: `smartfeeds_hub_*`.
 //!
@@ -28,6 +29,7 @@ mod deliver;
 pub mod document;
 pub mod metrics;
 pub mod request;
+mod shared_reads;
 mod verify;
 
 use crate::config::HubConfig;
@@ -93,6 +95,8 @@ impl Worker {
 #[derive(Default)]
 pub struct Registry {
     inner: Mutex<Tasks>,
+    /// Changes per view, bumped before any task is woken (see `shared_reads`).
+    generations: shared_reads::Generations,
 }
 
 #[derive(Default)]
@@ -122,7 +126,9 @@ impl Registry {
             }
             for change in &changes {
                 for v in &change.views {
-                    let Some(ids) = tasks.by_view.get(&(change.feed.clone(), v.view.clone())) else { continue };
+                    let key = (change.feed.clone(), v.view.clone());
+                    let Some(ids) = tasks.by_view.get(&key) else { continue };
+                    me.generations.bump(&key);
                     for w in ids.iter().filter_map(|id| tasks.by_id.get(id)) {
                         w.wake.notify_one();
                     }
@@ -187,6 +193,7 @@ pub struct Hub<S: Store> {
     client: reqwest::Client,
     metrics: Arc<Metrics>,
     registry: Arc<Registry>,
+    reads: shared_reads::SharedReads,
     slots: Arc<Semaphore>,
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Progress not saved yet: subscription id → outbox seq delivered up to.
@@ -213,6 +220,7 @@ impl<S: Store> Hub<S> {
             client,
             metrics,
             registry,
+            reads: shared_reads::SharedReads::default(),
             slots: Arc::new(Semaphore::new(config.max_concurrent)),
             hosts: Mutex::default(),
             acks: Mutex::default(),
