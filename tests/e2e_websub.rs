@@ -71,7 +71,7 @@ publishers = ["bot@localhost"]
 access = "whitelist"
 allowed = ["alice@localhost"]
 {}"#,
-            feeds(&["verify", "requests", "content", "order", "gone", "lease", "slow", "cross", "admin"])
+            feeds(&["verify", "requests", "content", "order", "gone", "lease", "slow", "cross", "admin", "redirect"])
         );
         Shared { fx: Fixture::start(&tables), base: format!("http://127.0.0.1:{port}") }
     })
@@ -299,6 +299,27 @@ async fn gone_ends_the_subscription() {
     assert_eq!(cb.posts().len(), 1);
     put(&sh.base, "gone", "g2").await;
     assert_quiet(&cb, Duration::from_millis(800), "after 410 Gone").await;
+}
+
+#[tokio::test]
+async fn a_redirect_or_a_4xx_drops_the_document_without_retrying() {
+    let sh = shared();
+    let cb = Callback::start().await;
+    subscribed(&hub(), &topic("redirect/"), &cb, &[]).await;
+    cb.answer(&[301, 400]);
+    for (n, id) in ["r1", "r2", "r3"].into_iter().enumerate() {
+        put(&sh.base, "redirect", id).await;
+        // One document each: the next change is made once this one was answered.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cb.posts().len() <= n {
+            assert!(Instant::now() < deadline, "{id} was delivered");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let docs = cb.wait_ids(&["r3"]).await;
+    assert_eq!(entry_ids(&docs), ["r3"]);
+    let statuses: Vec<u16> = cb.posts().iter().map(|p| p.status).collect();
+    assert_eq!(statuses, [301, 400, 200], "each refused document was sent once, never followed or retried");
 }
 
 #[tokio::test]
