@@ -121,14 +121,11 @@ impl Registry {
         let me = self.clone();
         Box::new(move |changes| {
             let tasks = me.lock();
-            if tasks.by_id.is_empty() {
-                return;
-            }
             for change in &changes {
                 for v in &change.views {
                     let key = (change.feed.clone(), v.view.clone());
-                    let Some(ids) = tasks.by_view.get(&key) else { continue };
                     me.generations.bump(&key);
+                    let Some(ids) = tasks.by_view.get(&key) else { continue };
                     for w in ids.iter().filter_map(|id| tasks.by_id.get(id)) {
                         w.wake.notify_one();
                     }

@@ -147,11 +147,21 @@ impl PgTx<'_> {
         self.get(&row, 0)
     }
 
+    /// Per view, one lookup of the slowest subscription's mark and one index range delete:
+    /// a correlated `MIN` per outbox row would cost rows × subscriptions.
     pub(crate) fn prune_outbox_sql(&self, keep: u64) -> StoreResult<u64> {
-        let mut n = self.execute(
-            "DELETE FROM hub_outbox o WHERE o.seq <= COALESCE(
-                (SELECT MIN(s.delivered) FROM hub_subscriptions s WHERE s.feed = o.feed AND s.view = o.view),
-                9223372036854775807)",
+        let marks = self.query("SELECT feed, view, MIN(delivered) FROM hub_subscriptions GROUP BY feed, view", &[])?;
+        let mut n = 0u64;
+        for r in &marks {
+            let (feed, view, mark): (i64, String, i64) = (self.get(r, 0)?, self.get(r, 1)?, self.get(r, 2)?);
+            n += self.execute(
+                "DELETE FROM hub_outbox WHERE feed = $1 AND view = $2 AND seq <= $3",
+                &[&feed, &view, &mark],
+            )?;
+        }
+        n += self.execute(
+            "DELETE FROM hub_outbox o WHERE NOT EXISTS
+                (SELECT 1 FROM hub_subscriptions s WHERE s.feed = o.feed AND s.view = o.view)",
             &[],
         )?;
         n += self.execute(

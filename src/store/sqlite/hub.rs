@@ -157,14 +157,24 @@ impl SqlTx<'_> {
         Ok(self.conn.last_insert_rowid())
     }
 
+    /// Per view, one lookup of the slowest subscription's mark and one index range delete:
+    /// a correlated `MIN` per outbox row would cost rows × subscriptions.
     pub(crate) fn prune_outbox_sql(&self, keep: u64) -> StoreResult<u64> {
-        let mut passed = self.conn.prepare_cached(
-            "DELETE FROM hub_outbox WHERE seq <= COALESCE(
-                (SELECT MIN(s.delivered) FROM hub_subscriptions s
-                 WHERE s.feed = hub_outbox.feed AND s.view = hub_outbox.view),
-                9223372036854775807)",
+        let mut marks =
+            self.conn.prepare_cached("SELECT feed, view, MIN(delivered) FROM hub_subscriptions GROUP BY feed, view")?;
+        let marks: Vec<(i64, String, i64)> =
+            marks.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
+        let mut passed =
+            self.conn.prepare_cached("DELETE FROM hub_outbox WHERE feed = ?1 AND view = ?2 AND seq <= ?3")?;
+        let mut n = 0u64;
+        for (feed, view, mark) in &marks {
+            n += passed.execute(params![feed, view, mark])? as u64;
+        }
+        let mut orphans = self.conn.prepare_cached(
+            "DELETE FROM hub_outbox WHERE NOT EXISTS
+                (SELECT 1 FROM hub_subscriptions s WHERE s.feed = hub_outbox.feed AND s.view = hub_outbox.view)",
         )?;
-        let mut n = passed.execute([])? as u64;
+        n += orphans.execute([])? as u64;
         let mut over = self.conn.prepare_cached(
             "DELETE FROM hub_outbox WHERE seq IN (
                 SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER (PARTITION BY feed, view ORDER BY seq DESC) AS rn
