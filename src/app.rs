@@ -177,8 +177,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         sinks.push(sink);
         rx
     });
+    let hub = crate::hub::Registry::new();
+    if config.http.is_some() {
+        sinks.push(hub.sink());
+    }
     let sink = fan_out(sinks);
-    let changes = Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx };
+    let changes = Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub };
     match config.store.backend() {
         StoreBackend::Sqlite(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -214,12 +218,14 @@ struct Changes {
     /// The HTTP face's long-poll and event-stream wake-ups, and their feed when it runs.
     wakeups: Arc<crate::http::longpoll::Wakeups>,
     wake_rx: Option<mpsc::Receiver<Change>>,
+    /// The WebSub hub's subscriptions, woken by the same changes.
+    hub: Arc<crate::hub::Registry>,
 }
 
 /// Serves the component over an open store until SIGTERM or ctrl-c.
 async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, changes: Changes) -> anyhow::Result<()> {
     let me = Jid::new(&config.component.jid).context("component.jid")?;
-    let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx } = changes;
+    let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub } = changes;
     let svc = Service::new(store, Arc::new(config.policy()), system_clock());
     let notifier = Arc::new(Notifier::new(svc.clone(), me.clone(), metrics.clone()));
     svc.init().await.context("creating the configured feeds")?;
@@ -240,7 +246,9 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
         tokio::spawn(crate::metrics::serve(listener, metrics.clone(), Arc::new(refresh)));
     }
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
+    let (hub_stop_tx, hub_stop_rx) = watch::channel(false);
     let mut http_task = None;
+    let mut hub_task = None;
     if let (Some(http), Some(wake_rx)) = (&config.http, wake_rx) {
         let files = crate::http::raise_open_files();
         let listener =
@@ -248,6 +256,10 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
         let settings = crate::http::Settings::from_config(http);
         tracing::info!(addr = %http.listen, base = %settings.base, open_files = ?files, "HTTP face listening");
         tokio::spawn(wakeups.clone().run(wake_rx));
+        let hub =
+            crate::hub::Hub::new(svc.clone(), config.hub.clone(), &settings.base, metrics.clone(), hub, hub_stop_rx)
+                .context("starting the WebSub hub")?;
+        hub_task = Some(hub.start().await.context("loading the WebSub subscriptions")?);
         let state = Arc::new(crate::http::HttpState {
             svc: svc.clone(),
             settings,
@@ -263,6 +275,7 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
             ),
             metrics: metrics.clone(),
             closing: http_stop_rx.clone(),
+            hub,
         });
         let mut stop = http_stop_rx.clone();
         let stopped = async move {
@@ -310,6 +323,14 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
         && tokio::time::timeout(DRAIN, task).await.is_err()
     {
         tracing::warn!("HTTP requests still open after {DRAIN:?}; closing anyway");
+    }
+    // Deliveries stop where they are (unfinished ones come again after a restart); the
+    // progress made so far is saved.
+    let _ = hub_stop_tx.send(true);
+    if let Some(task) = hub_task
+        && tokio::time::timeout(DRAIN, task).await.is_err()
+    {
+        tracing::warn!("WebSub progress not saved within {DRAIN:?}; some documents will come again");
     }
     if tokio::time::timeout(DRAIN, dispatcher.slots.acquire_many(MAX_IN_FLIGHT)).await.is_err() {
         tracing::warn!("requests still in flight after {DRAIN:?}; closing anyway");

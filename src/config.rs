@@ -5,6 +5,9 @@ use crate::feed::Order;
 use crate::feed::policy::{self, FeedPolicy, Policy};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+
+mod hub;
+pub use hub::HubConfig;
 use std::path::{Path, PathBuf};
 
 /// The whole configuration file.
@@ -29,6 +32,9 @@ pub struct Config {
     /// The HTTP face (SPEC §9, §11); no HTTP listener when absent.
     #[serde(default)]
     pub http: Option<HttpConfig>,
+    /// The WebSub hub (SPEC §10); it runs whenever `[http]` does.
+    #[serde(default)]
+    pub hub: HubConfig,
     #[serde(default)]
     pub feeds: Vec<FeedConfig>,
 }
@@ -436,6 +442,7 @@ impl Config {
                 ));
             }
         }
+        self.hub.validate()?;
         let p = &self.push;
         if p.backlog == 0 || p.queue == 0 || p.bounce_limit == 0 {
             return bad("push: backlog, queue and bounce_limit must be positive".into());

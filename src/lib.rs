@@ -25,6 +25,9 @@
 //!   by the change stream, and the small HTML page.
 //! - [`atom`]: Atom entries as both faces take them: one `<entry/>` checked, the fields
 //!   the core filters on pulled out, tombstones.
+//! - [`hub`]: the WebSub hub: verified subscriptions to views, and every change POSTed to
+//!   their callbacks as signed Atom documents, one at a time in commit order, from an outbox
+//!   written with the change itself, so deliveries survive crashes.
 //! - [`component`]: the XEP-0114 link: login, the XML stream with its limits, keepalive,
 //!   reconnects, and a shutdown that loses no request.
 //! - [`app`]: wiring: store, service, faces and link, run until SIGTERM, then drained.
@@ -42,6 +45,7 @@ pub mod component;
 pub mod config;
 pub mod feed;
 pub mod http;
+pub mod hub;
 pub mod limiter;
 pub mod logging;
 pub mod metrics;

@@ -59,6 +59,8 @@ pub struct Metrics {
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_request_seconds: Histogram,
     pub http_held: Family<HeldLabel, Gauge>,
+    /// The WebSub hub's (`smartfeeds_hub_*`).
+    pub hub: crate::hub::metrics::HubMetrics,
 }
 
 /// Counts one held request (long-poll or stream) for as long as it lives.
@@ -121,7 +123,9 @@ impl Metrics {
         );
         let http_held = Family::<HeldLabel, Gauge>::default();
         registry.register("http_held", "HTTP requests held open, by kind (longpoll, stream)", http_held.clone());
+        let hub = crate::hub::metrics::HubMetrics::register(&mut registry);
         Metrics {
+            hub,
             http_requests,
             http_request_seconds,
             http_held,

@@ -46,3 +46,31 @@ fn check_config_validates_the_http_table() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn check_config_validates_the_hub_table() {
+    let good = "[http]\n[hub]\ndefault_lease = 7200\nmin_lease = 60\nmax_lease = 86400\nretry_initial = 0.5\n\
+                retry_max = 30\nmax_attempts = 5\nallow_private_callbacks = true\nmax_backlog = 100\n";
+    assert_eq!(check(good).0, Some(0), "{}", check(good).1);
+    assert_eq!(check("[hub]\n").0, Some(0), "every key has a default");
+    for (hub, needle) in [
+        ("[hub]\nmin_lease = 0\n", "min_lease"),
+        ("[hub]\nmin_lease = 100\nmax_lease = 10\n", "min_lease"),
+        ("[hub]\ndefault_lease = 10\n", "default_lease"),
+        ("[hub]\nretry_initial = 0\n", "retry_initial"),
+        ("[hub]\nretry_initial = 10\nretry_max = 1\n", "retry_initial"),
+        ("[hub]\nretry_initial = nan\n", "retry_initial"),
+        ("[hub]\nmax_attempts = 0\n", "max_attempts"),
+        ("[hub]\nmax_backlog = 0\n", "max_backlog"),
+        ("[hub]\nmax_per_host = 10\nmax_concurrent = 5\n", "max_per_host"),
+        ("[hub]\ntimeout = 0\n", "timeout"),
+        ("[hub]\nallow_private_callbacks = \"yes\"\n", "allow_private_callbacks"),
+        ("[hub]\nmax_lease = -1\n", "max_lease"),
+        ("[hub]\nsurprise = 1\n", "surprise"),
+    ] {
+        let (code, err) = check(hub);
+        assert_eq!(code, Some(2), "{hub}: {err}");
+        assert!(err.contains(needle), "{hub}: {err:?} should mention {needle}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

@@ -12,6 +12,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
+use smartfeeds::feed::outbox::{HubSubscription, OutboxStats};
 use smartfeeds::feed::ports::{ChangeSink, FeedRow, ReadTx, Scope, Subscription, WriteTx};
 use smartfeeds::feed::{Change, Entry, FeedError, Filter, Item, Key, NodeName, Order, OrderBy, Payload, Store};
 use smartfeeds::store::memory::MemoryStore;
@@ -472,6 +473,125 @@ async fn subscriptions_upsert_list_and_delete<S: Store>(open: Open<S>) {
     assert_eq!(s.read_ok(count).await, 1);
 }
 
+// ----- WebSub subscriptions and the outbox -----
+
+fn hub_sub(feed: i64, view: &str, callback: &str, expires: i64) -> HubSubscription {
+    HubSubscription {
+        id: 0,
+        feed,
+        view: view.into(),
+        topic: format!("http://h/feeds/{view}"),
+        callback: callback.into(),
+        secret: Some("s3cret".into()),
+        expires,
+        delivered: 0,
+    }
+}
+
+async fn hub_subscriptions_renew_expire_and_delete<S: Store>(open: Open<S>) {
+    let s = open(None);
+    let (f, g) = s.write_ok(|tx| Ok((tx.create_feed("f")?, tx.create_feed("g")?))).await;
+    let (fid, gid) = (f.id, g.id);
+    let put = |sub: HubSubscription| move |tx: &mut dyn WriteTx| Ok(tx.put_hub_subscription(&sub)?);
+    let a = s.write_ok(put(hub_sub(fid, "f?order=modified", "http://a/cb", 100))).await;
+    let b = s.write_ok(put(hub_sub(fid, "f?order=-created", "http://b/cb", 200))).await;
+    let c = s.write_ok(put(hub_sub(gid, "g?order=-created", "http://a/cb", 300))).await;
+    assert!(a.id < b.id && b.id < c.id, "ids ascend: {a:?} {b:?} {c:?}");
+    assert_eq!((a.callback.as_str(), a.expires, a.secret.as_deref()), ("http://a/cb", 100, Some("s3cret")));
+    // Subscribing again renews: same id and progress, new lease, secret and topic spelling.
+    let renewed = HubSubscription { secret: None, expires: 500, topic: "t2".into(), ..a.clone() };
+    let again = s.write_ok(put(HubSubscription { id: 0, delivered: 99, ..renewed.clone() })).await;
+    assert_eq!(again, renewed, "renewal keeps the id and delivered mark");
+    let views = move |tx: &dyn ReadTx| Ok(tx.hub_views(fid)?);
+    assert_eq!(s.read_ok(views).await, ["f?order=-created", "f?order=modified"]);
+    let of_f = move |tx: &dyn ReadTx| Ok(tx.hub_subscribers(fid)?);
+    assert_eq!(s.read_ok(of_f).await, [b.clone(), renewed.clone()], "by view, then callback");
+    let all = |after: i64, limit: usize| move |tx: &dyn ReadTx| Ok(tx.hub_subscriptions(after, limit)?);
+    assert_eq!(s.read_ok(all(0, 10)).await, [renewed.clone(), b.clone(), c.clone()]);
+    assert_eq!(s.read_ok(all(renewed.id, 1)).await, std::slice::from_ref(&b), "paged by id");
+    // Leases: those ended at `now` go, with their ids reported.
+    let expire = |now: i64| move |tx: &mut dyn WriteTx| Ok(tx.expire_hub_subscriptions(now)?);
+    assert_eq!(s.write_ok(expire(200)).await, [b.id]);
+    assert_eq!(s.write_ok(expire(200)).await, Vec::<i64>::new());
+    let (cid, aid) = (c.id, a.id);
+    let delete = move |tx: &mut dyn WriteTx| Ok(tx.delete_hub_subscription(gid, "g?order=-created", "http://a/cb")?);
+    assert!(s.write_ok(delete).await);
+    assert!(!s.write_ok(delete).await, "deleting twice finds nothing the second time");
+    let delivered = |id: i64| move |tx: &mut dyn WriteTx| Ok(tx.hub_delivered(id, 7)?);
+    assert!(!s.write_ok(delivered(cid)).await, "a deleted subscription is not advanced");
+    assert!(s.write_ok(delivered(aid)).await);
+    assert_eq!(s.read_ok(all(0, 10)).await, [HubSubscription { delivered: 7, ..renewed }]);
+}
+
+async fn outbox_rows_follow_commits_in_order_and_are_pruned<S: Store>(open: Open<S>) {
+    let (seen, sink) = recording();
+    let s = open(Some(sink));
+    s.write_ok(publishing("a", 10)).await;
+    let f = s.feed("f").await.unwrap();
+    let fid = f.id;
+    let view = NodeName::parse("f?order=modified").unwrap().resolve(Order::default()).canonical();
+    let stats = |tx: &dyn ReadTx| Ok(tx.outbox_stats()?);
+    assert_eq!(s.read_ok(stats).await.rows, 0, "no WebSub subscription, no outbox row");
+    let put = |sub: HubSubscription| move |tx: &mut dyn WriteTx| Ok(tx.put_hub_subscription(&sub)?);
+    let a = s.write_ok(put(hub_sub(fid, &view, "http://a/cb", i64::MAX))).await;
+    let (v, first_seen) = (view.clone(), seen.lock().unwrap().len());
+    let outbox = move |after: i64| {
+        let v = v.clone();
+        move |tx: &dyn ReadTx| Ok(tx.outbox(fid, &v, after, 100)?)
+    };
+    // A new item, an update and a retraction: three rows, chained, in commit order.
+    s.write_ok(publishing("b", 20)).await;
+    s.write_ok(publishing("b", 30)).await;
+    s.write_ok(|tx| {
+        let mut f = tx.feed("f")?.unwrap();
+        tx.retract(&mut f, "b", 40, Order::default())
+    })
+    .await;
+    let rows = s.read_ok(outbox(a.delivered)).await;
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows.windows(2).all(|w| w[0].seq < w[1].seq && w[1].previous == Some(w[0].last)), "{rows:?}");
+    assert!(rows.iter().all(|r| r.item_id == "b" && r.count == 2 && r.view == view && r.feed == fid));
+    assert!(rows[0].previous.is_some(), "the view held `a` before");
+    assert!(matches!(rows[2].payload, Payload::Tombstone { .. }));
+    assert_eq!(rows.iter().map(|r| r.at).collect::<Vec<_>>(), [20, 30, 40]);
+    let changes: Vec<Change> = seen.lock().unwrap()[first_seen..].iter().flatten().cloned().collect();
+    assert!(changes.iter().all(|c| c.views.iter().any(|cv| cv.view == view)), "a WebSub view is a subscribed view");
+    assert_eq!(s.read_ok(stats).await, OutboxStats { rows: 3, oldest: Some(20) });
+    // A new subscription starts after the newest row; progress never moves back.
+    let b = s.write_ok(put(hub_sub(fid, &view, "http://b/cb", i64::MAX))).await;
+    assert_eq!(b.delivered, rows[2].seq);
+    assert!(s.read_ok(outbox(b.delivered)).await.is_empty());
+    let (aid, s1, s0) = (a.id, rows[1].seq, rows[0].seq);
+    s.write_ok(move |tx| Ok((tx.hub_delivered(aid, s1)?, tx.hub_delivered(aid, s0)?))).await;
+    // Pruning drops what every subscription of the view has passed...
+    let prune = |keep: u64| move |tx: &mut dyn WriteTx| Ok(tx.prune_outbox(keep)?);
+    assert_eq!(s.write_ok(prune(100)).await, 2);
+    assert_eq!(s.read_ok(outbox(0)).await, rows[2..].to_vec());
+    // ...and the oldest rows of a view holding more than `keep`.
+    for (i, id) in ["c", "d", "e"].iter().enumerate() {
+        s.write_ok(publishing(id, 50 + i as i64)).await;
+    }
+    assert_eq!(s.write_ok(prune(2)).await, 2);
+    let kept = s.read_ok(outbox(0)).await;
+    assert_eq!(kept.iter().map(|r| r.item_id.as_str()).collect::<Vec<_>>(), ["d", "e"]);
+    // Without subscriptions nothing is owed: rows go, and new changes add none; sequence
+    // numbers are never handed out twice.
+    let v = view.clone();
+    s.write_ok(move |tx| {
+        tx.delete_hub_subscription(fid, &v, "http://a/cb")?;
+        Ok(tx.delete_hub_subscription(fid, &v, "http://b/cb")?)
+    })
+    .await;
+    assert_eq!(s.write_ok(prune(100)).await, 2);
+    s.write_ok(publishing("f", 60)).await;
+    assert_eq!(s.read_ok(stats).await, OutboxStats { rows: 0, oldest: None });
+    let c = s.write_ok(put(hub_sub(fid, &view, "http://c/cb", i64::MAX))).await;
+    s.write_ok(publishing("g", 70)).await;
+    let last = s.read_ok(outbox(c.delivered)).await;
+    assert_eq!(last.len(), 1);
+    assert!(last[0].seq > kept[1].seq, "{} after {}", last[0].seq, kept[1].seq);
+}
+
 // ----- the model -----
 
 #[derive(Clone, Debug)]
@@ -802,5 +922,7 @@ conformance! {
         reads_agree_with_a_model,
         a_failing_write_leaves_no_trace,
         changes_reach_the_sink_in_commit_order_before_the_writer_is_answered,
+        hub_subscriptions_renew_expire_and_delete,
+        outbox_rows_follow_commits_in_order_and_are_pruned,
     }
 }

@@ -9,6 +9,7 @@ use super::cursor::Cursor;
 use super::error::FeedError;
 use super::item::{Entry, Item, Key, Payload};
 use super::node::{NodeName, Order, View};
+use super::outbox::OutboxEntry;
 use super::page::{cursor_of, scope};
 use super::ports::{FeedRow, ReadTx, WriteTx};
 
@@ -66,11 +67,16 @@ impl dyn WriteTx + '_ {
     }
 
     /// Stores an item's new version with the feed's counters and emits what every
-    /// subscribed view saw of it.
+    /// subscribed view (XMPP or WebSub) saw of it; appends it to the outbox for each view
+    /// with WebSub subscriptions.
     fn commit(&mut self, feed: &FeedRow, old: Option<Item>, item: Item, order: Order) -> Result<(), FeedError> {
         let created = old.is_none();
-        let views: Vec<View> = self
-            .subscribed_views(feed.id)?
+        let hub_views = self.hub_views(feed.id)?;
+        let mut names = self.subscribed_views(feed.id)?;
+        names.extend(hub_views.iter().cloned());
+        names.sort_unstable();
+        names.dedup();
+        let views: Vec<View> = names
             .iter()
             .filter_map(|v| NodeName::parse(v).ok().map(|n| n.resolve(order)))
             .filter(|v| belongs(v, &item, created))
@@ -93,6 +99,21 @@ impl dyn WriteTx + '_ {
                 previous,
                 last: cursor_of(self, s, item.key(v.order.by))?,
             });
+        }
+        // WebSub deliveries are owed in this same transaction: durable with the change.
+        for c in changes.iter().filter(|c| hub_views.contains(&c.view)) {
+            self.append_outbox(&OutboxEntry {
+                seq: 0,
+                feed: feed.id,
+                view: c.view.clone(),
+                item_id: item.id.clone(),
+                modified: item.modified.t,
+                payload: item.payload.clone(),
+                count: c.count,
+                previous: c.previous,
+                last: c.last,
+                at: item.modified.t,
+            })?;
         }
         self.emit(Change { feed: feed.name.clone(), item, created, views: changes });
         Ok(())

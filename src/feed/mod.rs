@@ -10,6 +10,7 @@ pub mod error;
 pub mod intents;
 pub mod item;
 pub mod node;
+pub mod outbox;
 pub mod page;
 pub mod policy;
 pub mod ports;

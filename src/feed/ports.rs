@@ -11,6 +11,7 @@
 //! All ordering work is expressed over [`Key`]s in ascending order within a [`Scope`] (a
 //! feed, one of its two orders and a filter); the core maps descending views onto that.
 
+use super::outbox::{HubSubscription, OutboxEntry, OutboxStats};
 use super::{Change, FeedError, Filter, Item, Key, OrderBy};
 use std::future::Future;
 
@@ -105,6 +106,19 @@ pub trait ReadTx {
     fn subscriptions_of(&self, bare: &str) -> StoreResult<Vec<Subscription>>;
     /// How many subscriptions a feed has (all views).
     fn subscription_count(&self, feed: i64) -> StoreResult<u64>;
+
+    // WebSub (see [`crate::feed::outbox`]).
+
+    /// Canonical names of the views of this feed that have at least one WebSub subscription.
+    fn hub_views(&self, feed: i64) -> StoreResult<Vec<String>>;
+    /// WebSub subscriptions of every feed with an id above `after`, by id, at most `limit`.
+    fn hub_subscriptions(&self, after: i64, limit: usize) -> StoreResult<Vec<HubSubscription>>;
+    /// WebSub subscriptions to any view of one feed, by view and callback.
+    fn hub_subscribers(&self, feed: i64) -> StoreResult<Vec<HubSubscription>>;
+    /// Outbox rows of one view with a sequence number above `after`, ascending, at most `limit`.
+    fn outbox(&self, feed: i64, view: &str, after: i64, limit: usize) -> StoreResult<Vec<OutboxEntry>>;
+    /// How many rows the outbox holds, and the oldest one's commit time.
+    fn outbox_stats(&self) -> StoreResult<OutboxStats>;
 }
 
 /// Writes inside one transaction; reads through it see the writes made so far.
@@ -130,6 +144,23 @@ pub trait WriteTx: ReadTx {
     fn delete_subscription(&mut self, feed: i64, view: &str, jid: &str) -> StoreResult<bool>;
     /// Removes every subscription of exactly this JID (all feeds and views); returns how many.
     fn delete_subscriptions_of(&mut self, jid: &str) -> StoreResult<u64>;
+    /// Adds a WebSub subscription, or renews the one with the same feed, view and callback
+    /// (new topic spelling, secret and lease; its id and `delivered` kept). A new one starts
+    /// after the view's newest outbox row: it gets changes committed from now on. Returns
+    /// the subscription as stored.
+    fn put_hub_subscription(&mut self, sub: &HubSubscription) -> StoreResult<HubSubscription>;
+    /// Removes a WebSub subscription; false when there was none.
+    fn delete_hub_subscription(&mut self, feed: i64, view: &str, callback: &str) -> StoreResult<bool>;
+    /// Removes the WebSub subscriptions whose lease ended at or before `now`; their ids.
+    fn expire_hub_subscriptions(&mut self, now: i64) -> StoreResult<Vec<i64>>;
+    /// Records that subscription `id` has been served up to outbox row `upto` (never moves
+    /// back); false when the subscription is gone.
+    fn hub_delivered(&mut self, id: i64, upto: i64) -> StoreResult<bool>;
+    /// Appends a row to the outbox; returns its sequence number, above every one before it.
+    fn append_outbox(&mut self, entry: &OutboxEntry) -> StoreResult<i64>;
+    /// Removes outbox rows no subscription of their view still needs, and the oldest rows
+    /// of any view holding more than `keep`; returns how many went.
+    fn prune_outbox(&mut self, keep: u64) -> StoreResult<u64>;
     /// Queues a change to be announced once this write is durable, in commit order.
     fn emit(&mut self, change: Change);
 }

@@ -33,7 +33,7 @@ use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use errors::ApiError;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -78,6 +78,8 @@ pub struct HttpState<S: Store> {
     pub metrics: Arc<Metrics>,
     /// Set at shutdown: held requests answer at once and streams end.
     pub closing: tokio::sync::watch::Receiver<bool>,
+    /// The WebSub hub (SPEC §10), served at `BASE/hub` and `BASE/feeds/FEED/hub/`.
+    pub hub: Arc<crate::hub::Hub<S>>,
 }
 
 impl<S: Store> HttpState<S> {
@@ -108,6 +110,9 @@ pub fn router<S: Store>(state: Arc<HttpState<S>>) -> axum::Router {
         .route("/feeds/{feed}/archive/", get(archive::recent::<S>))
         .route("/feeds/{feed}/archive", get(archive::recent::<S>))
         .route("/feeds/{feed}/archive/{k}", get(archive::numbered::<S>))
+        .route("/hub", post(crate::hub::request::post::<S>))
+        .route("/feeds/{feed}/hub/", post(crate::hub::request::post::<S>))
+        .route("/feeds/{feed}/hub", post(crate::hub::request::post::<S>))
         .fallback(|| async { ApiError::not_found("no such resource") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "not-allowed", "method not allowed here")

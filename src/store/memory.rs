@@ -6,6 +6,7 @@
 //! failed write leaves no trace (as a savepoint does); writes are serialised by one lock,
 //! and the change sink is called under it, so changes arrive in commit order.
 
+use crate::feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
 use crate::feed::ports::{ChangeSink, FeedRow, ReadTx, Scope, Store, StoreError, StoreResult, Subscription, WriteTx};
 use crate::feed::{Change, FeedError, Item, Key};
 use std::borrow::Cow;
@@ -32,6 +33,13 @@ struct State {
     items: HashMap<i64, HashMap<String, Item>>,
     /// Subscriptions by (feed id, view, JID).
     subs: BTreeMap<(i64, String, String), Subscription>,
+    /// WebSub subscriptions by id.
+    hub_subs: BTreeMap<i64, HubSubscription>,
+    /// Outbox rows by sequence number.
+    outbox: BTreeMap<i64, OutboxEntry>,
+    /// The last sequence number and subscription id handed out (never reused).
+    last_seq: i64,
+    last_hub_id: i64,
 }
 
 /// One transaction: the state as it was (reads) or a copy being changed (writes).
@@ -185,6 +193,40 @@ impl ReadTx for Tx<'_> {
     fn subscription_count(&self, feed: i64) -> StoreResult<u64> {
         Ok(self.state.subs.keys().filter(|(f, _, _)| *f == feed).count() as u64)
     }
+
+    fn hub_views(&self, feed: i64) -> StoreResult<Vec<String>> {
+        let mut views: Vec<String> =
+            self.state.hub_subs.values().filter(|s| s.feed == feed).map(|s| s.view.clone()).collect();
+        views.sort();
+        views.dedup();
+        Ok(views)
+    }
+
+    fn hub_subscriptions(&self, after: i64, limit: usize) -> StoreResult<Vec<HubSubscription>> {
+        Ok(self.state.hub_subs.range(after.saturating_add(1)..).take(limit).map(|(_, s)| s.clone()).collect())
+    }
+
+    fn hub_subscribers(&self, feed: i64) -> StoreResult<Vec<HubSubscription>> {
+        let mut subs: Vec<HubSubscription> = self.state.hub_subs.values().filter(|s| s.feed == feed).cloned().collect();
+        subs.sort_by(|a, b| (&a.view, &a.callback).cmp(&(&b.view, &b.callback)));
+        Ok(subs)
+    }
+
+    fn outbox(&self, feed: i64, view: &str, after: i64, limit: usize) -> StoreResult<Vec<OutboxEntry>> {
+        Ok(self
+            .state
+            .outbox
+            .range(after.saturating_add(1)..)
+            .filter(|(_, e)| e.feed == feed && e.view == view)
+            .take(limit)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
+    fn outbox_stats(&self) -> StoreResult<OutboxStats> {
+        let o = &self.state.outbox;
+        Ok(OutboxStats { rows: o.len() as u64, oldest: o.values().map(|e| e.at).min() })
+    }
 }
 
 impl WriteTx for Tx<'_> {
@@ -250,6 +292,86 @@ impl WriteTx for Tx<'_> {
         let before = subs.len();
         subs.retain(|(_, _, j), _| j != jid);
         Ok((before - subs.len()) as u64)
+    }
+
+    fn put_hub_subscription(&mut self, sub: &HubSubscription) -> StoreResult<HubSubscription> {
+        let state = self.state();
+        let same = |s: &HubSubscription| s.feed == sub.feed && s.view == sub.view && s.callback == sub.callback;
+        let stored = match state.hub_subs.values().find(|s| same(s)) {
+            Some(old) => HubSubscription { id: old.id, delivered: old.delivered, ..sub.clone() },
+            None => {
+                state.last_hub_id += 1;
+                let delivered = state
+                    .outbox
+                    .values()
+                    .filter(|e| e.feed == sub.feed && e.view == sub.view)
+                    .map(|e| e.seq)
+                    .max()
+                    .unwrap_or(0);
+                HubSubscription { id: state.last_hub_id, delivered, ..sub.clone() }
+            }
+        };
+        state.hub_subs.insert(stored.id, stored.clone());
+        Ok(stored)
+    }
+
+    fn delete_hub_subscription(&mut self, feed: i64, view: &str, callback: &str) -> StoreResult<bool> {
+        let subs = &mut self.state().hub_subs;
+        let before = subs.len();
+        subs.retain(|_, s| !(s.feed == feed && s.view == view && s.callback == callback));
+        Ok(subs.len() < before)
+    }
+
+    fn expire_hub_subscriptions(&mut self, now: i64) -> StoreResult<Vec<i64>> {
+        let subs = &mut self.state().hub_subs;
+        let gone: Vec<i64> = subs.values().filter(|s| s.expires <= now).map(|s| s.id).collect();
+        for id in &gone {
+            subs.remove(id);
+        }
+        Ok(gone)
+    }
+
+    fn hub_delivered(&mut self, id: i64, upto: i64) -> StoreResult<bool> {
+        match self.state().hub_subs.get_mut(&id) {
+            Some(s) => {
+                s.delivered = s.delivered.max(upto);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn append_outbox(&mut self, entry: &OutboxEntry) -> StoreResult<i64> {
+        let state = self.state();
+        state.last_seq += 1;
+        let seq = state.last_seq;
+        state.outbox.insert(seq, OutboxEntry { seq, ..entry.clone() });
+        Ok(seq)
+    }
+
+    fn prune_outbox(&mut self, keep: u64) -> StoreResult<u64> {
+        let state = self.state();
+        let mut needed: HashMap<(i64, &str), i64> = HashMap::new();
+        for s in state.hub_subs.values() {
+            let d = needed.entry((s.feed, s.view.as_str())).or_insert(i64::MAX);
+            *d = (*d).min(s.delivered);
+        }
+        let mut kept: HashMap<(i64, &str), u64> = HashMap::new();
+        let mut gone = Vec::new();
+        // Newest first, so "more than `keep`" drops the oldest.
+        for (seq, e) in state.outbox.iter().rev() {
+            let n = kept.entry((e.feed, e.view.as_str())).or_insert(0);
+            let passed = needed.get(&(e.feed, e.view.as_str())).is_none_or(|d| *seq <= *d);
+            if passed || *n >= keep {
+                gone.push(*seq);
+            } else {
+                *n += 1;
+            }
+        }
+        for seq in &gone {
+            state.outbox.remove(seq);
+        }
+        Ok(gone.len() as u64)
     }
 
     fn emit(&mut self, change: Change) {

@@ -24,6 +24,7 @@ pub mod pubsub;
 pub mod push;
 pub mod server;
 pub mod smartfeeds;
+pub mod websub;
 pub mod xml;
 
 pub use client::Client;

@@ -10,7 +10,8 @@
 //! is the domain itself.
 //!
 //! Modes: `pull` (pages, RSM or `max_items`), `publish` (Atom entries), `fanout` (pushes to
-//! many subscribers), `create` (a node, on services that need one created), and `table` and
+//! many subscribers), `create` (a node, on services that need one created), `websub`
+//! (smartfeeds' WebSub hub, over HTTP only, with callbacks served by the tool), and `table` and
 //! `compare` (print JSON lines of earlier runs as one table, or side by side). Every run prints one JSON line on stdout
 //! and a readable table on stderr. Work is bounded by counts and by `--duration`, and only
 //! loopback servers are accepted.
@@ -33,6 +34,7 @@ mod pull;
 mod report;
 mod scan;
 mod stanzas;
+mod websub;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -111,6 +113,12 @@ enum Mode {
         common: http::HttpCommon,
         #[command(flatten)]
         args: http::ArchiveArgs,
+    },
+    /// WebSub: S subscriptions to one view (callbacks served here), P publishes over HTTP,
+    /// each timed until its last delivery (smartfeeds only; no XMPP involved).
+    Websub {
+        #[command(flatten)]
+        args: websub::WebsubArgs,
     },
     /// Print JSON lines of earlier runs (files, or stdin) as one table.
     Table {
@@ -244,6 +252,19 @@ fn main() -> ExitCode {
     let job = match cli.mode {
         Mode::Table { files } => return print_runs(&files, report::combined_table),
         Mode::Compare { files } => return print_runs(&files, compare::table),
+        Mode::Websub { args } => {
+            return match websub::main(args) {
+                Ok(report) => {
+                    eprint!("{}", report.table());
+                    println!("{}", report.json());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("smartfeeds-load: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Mode::Pull { common, args } => Job::Xmpp(common, Run::Pull(args)),
         Mode::Publish { common, args } => Job::Xmpp(common, Run::Publish(args)),
         Mode::Fanout { common, args } => Job::Xmpp(common, Run::Fanout(args)),

@@ -13,7 +13,7 @@ impl<S: Store> Service<S> {
         self.may(actor, Action::Administer, "")
     }
 
-    /// Every feed with its item and subscription counts, by name.
+    /// Every feed with its item and subscription counts (XMPP and WebSub), by name.
     pub async fn admin_feeds(&self, actor: &str) -> Result<Vec<(FeedRow, u64)>, FeedError> {
         self.check_admin(actor)?;
         self.store
@@ -23,7 +23,7 @@ impl<S: Store> Service<S> {
                 loop {
                     let batch = tx.feeds(after.as_deref(), 1000)?;
                     for f in &batch {
-                        out.push((f.clone(), tx.subscription_count(f.id)?));
+                        out.push((f.clone(), tx.subscription_count(f.id)? + tx.hub_subscribers(f.id)?.len() as u64));
                     }
                     match batch.last() {
                         Some(last) if batch.len() == 1000 => after = Some(last.name.clone()),
@@ -52,7 +52,8 @@ impl<S: Store> Service<S> {
             .await
     }
 
-    /// Every subscription to any view of a feed.
+    /// Every subscription to any view of a feed: XMPP ones, then WebSub ones (their callback
+    /// URL where a JID would be, their topic as the node, `websub-ID` as the subid).
     pub async fn admin_subscribers(&self, actor: &str, feed: &str) -> Result<Vec<Subscription>, FeedError> {
         self.check_admin(actor)?;
         let feed = feed.to_string();
@@ -63,6 +64,12 @@ impl<S: Store> Service<S> {
                 for view in tx.subscribed_views(f.id)? {
                     out.extend(tx.subscribers(f.id, &view)?);
                 }
+                out.extend(tx.hub_subscribers(f.id)?.into_iter().map(|h| Subscription {
+                    node: h.topic,
+                    view: h.view,
+                    jid: h.callback,
+                    subid: format!("websub-{}", h.id),
+                }));
                 Ok(out)
             })
             .await

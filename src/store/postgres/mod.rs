@@ -7,6 +7,7 @@
 //!   is inside a transaction.
 //! - `mcounts`: per-bucket counts that give rank and position in modified order.
 //! - `error`: SQLSTATEs as [`StoreError`] kinds.
+//! - `hub`: WebSub subscriptions and the outbox.
 //! - [`scratch`]: a private, throwaway server for tests and benchmarks.
 //!
 //! # Bridging synchronous closures
@@ -26,6 +27,7 @@
 //! whichever process commits.
 
 mod error;
+mod hub;
 mod mcounts;
 mod read;
 mod schema;

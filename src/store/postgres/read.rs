@@ -8,6 +8,7 @@
 //! `spawn_blocking` or the writer's own thread), never on an async worker.
 
 use super::mcounts;
+use crate::feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
 use crate::feed::ports::{FeedRow, ReadTx, Scope, StoreError, StoreResult, Subscription};
 use crate::feed::{Change, Item, Key, OrderBy, Payload};
 use deadpool_postgres::Object;
@@ -421,5 +422,25 @@ impl ReadTx for PgTx<'_> {
 
     fn subscription_count(&self, feed: i64) -> StoreResult<u64> {
         self.count_rows("SELECT COUNT(*) FROM subscriptions WHERE feed = $1", &[&feed])
+    }
+
+    fn hub_views(&self, feed: i64) -> StoreResult<Vec<String>> {
+        self.hub_views_sql(feed)
+    }
+
+    fn hub_subscriptions(&self, after: i64, limit: usize) -> StoreResult<Vec<HubSubscription>> {
+        self.hub_subscriptions_sql(after, limit)
+    }
+
+    fn hub_subscribers(&self, feed: i64) -> StoreResult<Vec<HubSubscription>> {
+        self.hub_subscribers_sql(feed)
+    }
+
+    fn outbox(&self, feed: i64, view: &str, after: i64, limit: usize) -> StoreResult<Vec<OutboxEntry>> {
+        self.outbox_sql(feed, view, after, limit)
+    }
+
+    fn outbox_stats(&self) -> StoreResult<OutboxStats> {
+        self.outbox_stats_sql()
     }
 }

@@ -7,6 +7,7 @@
 
 use super::mcounts;
 use super::read::{FEED_SQL, PgTx};
+use crate::feed::outbox::{HubSubscription, OutboxEntry};
 use crate::feed::ports::{FeedRow, StoreError, StoreResult, Subscription, WriteTx};
 use crate::feed::{Change, Item, Payload};
 
@@ -166,6 +167,30 @@ impl WriteTx for PgTx<'_> {
     fn delete_subscriptions_of(&mut self, jid: &str) -> StoreResult<u64> {
         // Through the `bare` index: a JID's subscriptions are among its bare JID's.
         self.execute("DELETE FROM subscriptions WHERE bare = $1 AND jid = $2", &[&bare(jid), &jid])
+    }
+
+    fn put_hub_subscription(&mut self, sub: &HubSubscription) -> StoreResult<HubSubscription> {
+        self.put_hub_subscription_sql(sub)
+    }
+
+    fn delete_hub_subscription(&mut self, feed: i64, view: &str, callback: &str) -> StoreResult<bool> {
+        self.delete_hub_subscription_sql(feed, view, callback)
+    }
+
+    fn expire_hub_subscriptions(&mut self, now: i64) -> StoreResult<Vec<i64>> {
+        self.expire_hub_subscriptions_sql(now)
+    }
+
+    fn hub_delivered(&mut self, id: i64, upto: i64) -> StoreResult<bool> {
+        self.hub_delivered_sql(id, upto)
+    }
+
+    fn append_outbox(&mut self, entry: &OutboxEntry) -> StoreResult<i64> {
+        self.append_outbox_sql(entry)
+    }
+
+    fn prune_outbox(&mut self, keep: u64) -> StoreResult<u64> {
+        self.prune_outbox_sql(keep)
     }
 
     fn emit(&mut self, change: Change) {

@@ -8,11 +8,13 @@
 //!   [`WriteTx`] methods as SQL.
 //! - `mcounts`: per-bucket counts that give rank and position in modified order.
 //! - `codec`: items to rows and back.
+//! - `hub`: WebSub subscriptions and the outbox.
 //!
 //! rusqlite is blocking, so it never runs on an async worker: writes go over a channel to
 //! the writer thread and come back on a oneshot; reads run under `spawn_blocking`.
 
 mod codec;
+mod hub;
 mod mcounts;
 mod pool;
 mod read;

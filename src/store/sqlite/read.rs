@@ -4,6 +4,7 @@
 
 use super::codec::{ITEM_COLUMNS, item_from_row};
 use super::mcounts;
+use crate::feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
 use crate::feed::ports::{FeedRow, ReadTx, Scope, StoreResult, Subscription};
 use crate::feed::{Change, Item, Key, OrderBy};
 use rusqlite::types::Value;
@@ -308,6 +309,26 @@ impl ReadTx for SqlTx<'_> {
         let mut st = self.conn.prepare_cached("SELECT COUNT(*) FROM subscriptions WHERE feed = ?1")?;
         let n: i64 = st.query_row([feed], |r| r.get(0))?;
         Ok(n.max(0) as u64)
+    }
+
+    fn hub_views(&self, feed: i64) -> StoreResult<Vec<String>> {
+        self.hub_views_sql(feed)
+    }
+
+    fn hub_subscriptions(&self, after: i64, limit: usize) -> StoreResult<Vec<HubSubscription>> {
+        self.hub_subscriptions_sql(after, limit)
+    }
+
+    fn hub_subscribers(&self, feed: i64) -> StoreResult<Vec<HubSubscription>> {
+        self.hub_subscribers_sql(feed)
+    }
+
+    fn outbox(&self, feed: i64, view: &str, after: i64, limit: usize) -> StoreResult<Vec<OutboxEntry>> {
+        self.outbox_sql(feed, view, after, limit)
+    }
+
+    fn outbox_stats(&self) -> StoreResult<OutboxStats> {
+        self.outbox_stats_sql()
     }
 }
 

@@ -136,8 +136,46 @@ INSERT INTO mcounts(feed, level, bucket, n) SELECT feed, 3, mseq >> 18, COUNT(*)
 INSERT INTO mcounts(feed, level, bucket, n) SELECT feed, 4, mseq >> 24, COUNT(*) FROM items GROUP BY feed, mseq >> 24;
 "#;
 
+/// Version 3: the WebSub hub (see `feed::outbox`).
+///
+/// - `hub_subscriptions` keeps each subscription's lease and how far it has been served
+///   (`delivered`, an outbox `seq`); `(feed, view, callback)` is its identity and the index
+///   that finds a feed's WebSub views on every commit.
+/// - `hub_outbox` holds one row per change per view with WebSub subscriptions, written in the
+///   change's own transaction. `AUTOINCREMENT`: a `seq` is never reused, even after the rows
+///   above it are pruned, or a subscription's `delivered` could cover a new row.
+const V3: &str = r#"
+CREATE TABLE hub_subscriptions (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    feed      INTEGER NOT NULL REFERENCES feeds(id),
+    view      TEXT NOT NULL,
+    callback  TEXT NOT NULL,
+    topic     TEXT NOT NULL,
+    secret    TEXT,
+    expires   INTEGER NOT NULL,
+    delivered INTEGER NOT NULL,
+    UNIQUE (feed, view, callback)
+);
+
+CREATE TABLE hub_outbox (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    feed     INTEGER NOT NULL REFERENCES feeds(id),
+    view     TEXT NOT NULL,
+    item_id  TEXT NOT NULL,
+    modified INTEGER NOT NULL,
+    deleted  INTEGER NOT NULL CHECK (deleted IN (0, 1)),
+    when_ms  INTEGER,
+    payload  TEXT NOT NULL,
+    count    INTEGER NOT NULL,
+    previous TEXT,
+    last     TEXT NOT NULL,
+    at       INTEGER NOT NULL
+);
+CREATE INDEX hub_outbox_by_view ON hub_outbox(feed, view, seq);
+"#;
+
 /// Every migration, in order. Append only; never edit a released entry.
-pub(crate) const MIGRATIONS: &[&str] = &[V1, V2];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
