@@ -48,7 +48,7 @@ for round in $(seq "$ROUNDS"); do
   RUST_LOG=error target/release/smartfeeds --config "$dir/smartfeeds.toml" >>"$dir/smartfeeds.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
-  target/release/smartfeeds-load websub --http "http://127.0.0.1:$port" --token "$token" \
+  target/release/smartfeeds-load websub --base "http://127.0.0.1:$port" --token "$token" --in-flight 64 \
     --subscribers "$SUBSCRIBERS" --publishes "$PUBLISHES" --service-pid "$pid" --label "round $round"
   kill "$pid"; wait "$pid" || true
 done

@@ -34,7 +34,6 @@ mod pull;
 mod report;
 mod scan;
 mod stanzas;
-mod websub;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -118,7 +117,9 @@ enum Mode {
     /// each timed until its last delivery (smartfeeds only; no XMPP involved).
     Websub {
         #[command(flatten)]
-        args: websub::WebsubArgs,
+        common: http::HttpCommon,
+        #[command(flatten)]
+        args: http::WebsubArgs,
     },
     /// Print JSON lines of earlier runs (files, or stdin) as one table.
     Table {
@@ -252,19 +253,7 @@ fn main() -> ExitCode {
     let job = match cli.mode {
         Mode::Table { files } => return print_runs(&files, report::combined_table),
         Mode::Compare { files } => return print_runs(&files, compare::table),
-        Mode::Websub { args } => {
-            return match websub::main(args) {
-                Ok(report) => {
-                    eprint!("{}", report.table());
-                    println!("{}", report.json());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("smartfeeds-load: {e}");
-                    ExitCode::FAILURE
-                }
-            };
-        }
+        Mode::Websub { common, args } => Job::Http(common, http::Run::Websub(args)),
         Mode::Pull { common, args } => Job::Xmpp(common, Run::Pull(args)),
         Mode::Publish { common, args } => Job::Xmpp(common, Run::Publish(args)),
         Mode::Fanout { common, args } => Job::Xmpp(common, Run::Fanout(args)),

@@ -8,6 +8,9 @@
 //!   last of them is answered, and what holding them costs the service in memory.
 //! - `http-archive`: the recent and the oldest archive documents (and two between), each
 //!   fetched many times: a deep document must cost what the recent one does.
+//! - `websub`: many WebSub subscriptions to one view, callbacks served by the tool itself,
+//!   then publishes: how long until the last delivery, and that every subscriber got every
+//!   document once, in order.
 //!
 //! Runs report as their XMPP counterparts do (`pull`, `publish`), so `compare` puts HTTP and
 //! XMPP figures of one host side by side.
@@ -15,10 +18,12 @@
 mod archive;
 mod longpoll;
 mod publish;
+mod websub;
 
 pub use crate::publish::EntryArgs as PublishArgs;
 pub use archive::ArchiveArgs;
 pub use longpoll::LongpollArgs;
+pub use websub::WebsubArgs;
 
 use std::time::{Duration, Instant};
 
@@ -68,6 +73,7 @@ pub enum Run {
     Publish(PublishArgs),
     Longpoll(LongpollArgs),
     Archive(ArchiveArgs),
+    Websub(WebsubArgs),
 }
 
 /// A run: the client, the options, and when to stop issuing work. Cheap to clone (the
@@ -181,5 +187,6 @@ pub async fn run(common: HttpCommon, mode: Run) -> Result<Report, String> {
         Run::Publish(args) => publish::run(&ctx, &args).await,
         Run::Longpoll(args) => longpoll::run(&ctx, &args).await,
         Run::Archive(args) => archive::run(&ctx, &args).await,
+        Run::Websub(args) => websub::run(&ctx, &args).await,
     }
 }

@@ -4,6 +4,8 @@
 //! every subscriber got every document once, in order, with an unbroken
 //! `fo:prev_cursor` chain.
 
+use super::HttpCtx;
+use super::publish::put;
 use crate::procstat;
 use crate::report::{Report, Tally};
 use axum::body::Bytes;
@@ -17,39 +19,15 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug, Clone)]
 pub struct WebsubArgs {
-    /// The service's HTTP base URL (loopback only).
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    http: String,
-    /// A bearer token that may publish to the feed (an admin's is not rate limited).
-    #[arg(long)]
-    token: String,
-    /// The feed; its default view is subscribed.
-    #[arg(long, default_value = "load")]
-    feed: String,
-    /// WebSub subscriptions.
+    /// WebSub subscriptions (to the feed's view; `--token` must be allowed to publish).
     #[arg(long, default_value_t = 1000)]
     subscribers: usize,
     /// Items published, one at a time, each after the last one reached every subscriber.
     #[arg(long, default_value_t = 20)]
     publishes: usize,
-    /// Subscription requests in flight.
-    #[arg(long, default_value_t = 64)]
-    in_flight: usize,
     /// `hub.secret` of every subscription (signing is part of the work measured).
     #[arg(long, default_value = "load-secret")]
     secret: String,
-    /// Seconds to wait for one publish to reach everybody.
-    #[arg(long, default_value_t = 60.0)]
-    timeout: f64,
-    /// The service's process id: its CPU time and memory are reported.
-    #[arg(long)]
-    service_pid: Option<u32>,
-    /// Worker threads of the tool's runtime.
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
-    /// A label copied into the JSON line.
-    #[arg(long)]
-    label: Option<String>,
 }
 
 /// What one subscriber's callback received, in arrival order.
@@ -117,28 +95,10 @@ async fn deliver(State(sink): State<Arc<Sink>>, Path(i): Path<usize>, body: Byte
     axum::http::StatusCode::NO_CONTENT
 }
 
-pub fn main(args: WebsubArgs) -> Result<Report, String> {
-    let host = url::Url::parse(&args.http).map_err(|e| format!("--http: {e}"))?;
-    let loopback = match host.host() {
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        Some(url::Host::Domain(d)) => d == "localhost",
-        None => false,
-    };
-    if !loopback {
-        return Err(format!("--http {} is not a loopback address; refusing", args.http));
-    }
-    let _ = rlimit::increase_nofile_limit(u64::MAX);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.threads.max(1))
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    rt.block_on(run(args))
-}
-
-async fn run(args: WebsubArgs) -> Result<Report, String> {
-    let base = args.http.trim_end_matches('/').to_string();
+pub async fn run(ctx: &HttpCtx, args: &WebsubArgs) -> Result<Report, String> {
+    let opts = &ctx.common.run;
+    let base = ctx.common.base.trim_end_matches('/').to_string();
+    let token = ctx.common.token.clone().ok_or("--token is needed: subscribing and publishing take one")?;
     let sink = Arc::new(Sink {
         subs: (0..args.subscribers).map(|_| Mutex::default()).collect(),
         got: Mutex::default(),
@@ -149,18 +109,17 @@ async fn run(args: WebsubArgs) -> Result<Report, String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("callback port: {e}"))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let client =
-        reqwest::Client::builder().pool_max_idle_per_host(args.in_flight).build().map_err(|e| e.to_string())?;
-    let topic = format!("{base}/feeds/{}/", args.feed);
-    let rss_before = args.service_pid.and_then(procstat::rss_mib);
+    let client = ctx.client.clone();
+    let topic = ctx.feed_url("");
+    let rss_before = opts.service_pid.and_then(procstat::rss_mib);
 
     // Subscribe everybody, `in_flight` at a time, and wait for every verification.
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
-    for _ in 0..args.in_flight.max(1) {
+    for _ in 0..opts.in_flight.max(1) {
         let (client, next, topic, base, token, secret) =
-            (client.clone(), next.clone(), topic.clone(), base.clone(), args.token.clone(), args.secret.clone());
+            (client.clone(), next.clone(), topic.clone(), base.clone(), token.clone(), args.secret.clone());
         let n = args.subscribers;
         workers.push(tokio::spawn(async move {
             let mut refused = 0usize;
@@ -190,7 +149,7 @@ async fn run(args: WebsubArgs) -> Result<Report, String> {
     if refused > 0 {
         return Err(format!("{refused} subscription requests were not accepted"));
     }
-    let deadline = Instant::now() + Duration::from_secs_f64(args.timeout);
+    let deadline = Instant::now() + Duration::from_secs_f64(opts.timeout);
     while sink.verified.load(Ordering::SeqCst) < args.subscribers {
         if Instant::now() > deadline {
             return Err(format!("only {} of {} verified", sink.verified.load(Ordering::SeqCst), args.subscribers));
@@ -202,29 +161,16 @@ async fn run(args: WebsubArgs) -> Result<Report, String> {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Publish one at a time; each waits until every subscriber has it.
-    let cpu = procstat::CpuWindow::start(&[args.service_pid, None, Some(std::process::id())]);
+    let cpu = opts.cpu_window();
     let run_id = format!("{:x}", rand::random::<u32>());
     let ids: Vec<String> = (0..args.publishes).map(|j| format!("w{run_id}-{j}")).collect();
     let mut tally = Tally::default();
     let publishing = Instant::now();
     let mut rss_peak = rss_before;
     for id in &ids {
-        let entry = format!(
-            "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:{id}</id><title>{id}</title><content>load</content></entry>"
-        );
-        let res = client
-            .put(format!("{base}/feeds/{}/items/{id}", args.feed))
-            .bearer_auth(&args.token)
-            .header("content-type", "application/atom+xml")
-            .body(entry)
-            .send()
-            .await
-            .map_err(|e| format!("PUT {id}: {e}"))?;
-        if res.status() != 200 {
-            return Err(format!("PUT {id}: {}", res.status()));
-        }
+        put(ctx, id, id, 0).await.map_err(|e| format!("PUT {id}: {e}"))?;
         let acked = Instant::now();
-        let deadline = acked + Duration::from_secs_f64(args.timeout);
+        let deadline = acked + Duration::from_secs_f64(opts.timeout);
         loop {
             let done = sink.got.lock().unwrap_or_else(|p| p.into_inner()).get(id).copied();
             match done {
@@ -239,7 +185,7 @@ async fn run(args: WebsubArgs) -> Result<Report, String> {
                 _ => tokio::time::sleep(Duration::from_millis(2)).await,
             }
         }
-        if let Some(rss) = args.service_pid.and_then(procstat::rss_mib) {
+        if let Some(rss) = opts.service_pid.and_then(procstat::rss_mib) {
             rss_peak = Some(rss_peak.map_or(rss, |p: f64| p.max(rss)));
         }
     }
@@ -259,10 +205,7 @@ async fn run(args: WebsubArgs) -> Result<Report, String> {
         }
     }
     let posts = sink.posts.load(Ordering::SeqCst);
-    let mut report = Report::new("websub");
-    if let Some(label) = &args.label {
-        report.str("label", label);
-    }
+    let mut report = ctx.report("websub");
     report.str("topic", &topic);
     report.int("subscribers", args.subscribers as u64);
     report.num("subscribe_s", Some(subscribe_s));
