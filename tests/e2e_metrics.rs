@@ -4,18 +4,9 @@
 mod common;
 
 use common::pubsub::*;
-use common::smartfeeds::Smartfeeds;
+use common::smartfeeds::{Smartfeeds, scrape_metrics as scrape};
 use common::stanza_type;
 use common::start_selected;
-use std::io::{Read, Write};
-
-fn scrape(port: u16) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics port");
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_pushes_and_commits() {

@@ -4,12 +4,18 @@
 //! Ordering: one task takes changes in commit order and queues their messages in that
 //! order on one FIFO, so pushes to any one subscriber leave in commit order.
 //!
+//! Multicast: while the link knows the server's XEP-0033 service, each change's pushes are
+//! grouped by identical push and sent as `bcc` batches through it (see
+//! [`super::multicast`]); a refusal from the service comes back here, on the same task, so
+//! the refused batch is resent one by one before any later change is fanned out.
+//!
 //! Backpressure policy: pushes are best-effort, as Smart Feeds intends (a client that sees a
 //! `PreviousCursor` it does not hold pulls what it missed). The writer hands changes over
 //! without ever waiting; when more than `push.backlog` changes wait to be fanned out, new
 //! ones are not pushed (counted and logged), so publishes and pulls never slow down for
 //! push. Messages wait in their own bounded queue, which the link drains after replies.
 
+use super::multicast::{Limits, LinkMulticast, Outgoing};
 use super::payloads::shim::SyncHeaders;
 use super::payloads::{Headers, Push, PushBody};
 use crate::feed::ports::Store;
@@ -26,6 +32,24 @@ pub struct Notifier<S: Store> {
     svc: Service<S>,
     me: Jid,
     metrics: Arc<Metrics>,
+    multicast: Arc<LinkMulticast>,
+    limits: Limits,
+}
+
+/// What the fan-out loop takes next.
+enum Next {
+    Refused(Refused),
+    Change(Option<Change>),
+    Stop,
+}
+
+/// The multicast service answered one of our messages with an error.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The refused message's stanza id.
+    pub id: String,
+    /// The error condition, e.g. `forbidden`.
+    pub condition: String,
 }
 
 /// A push could not be written as XML (a node name or id no XML can carry).
@@ -59,46 +83,91 @@ pub fn change_sink(tx: mpsc::Sender<Change>, metrics: Arc<Metrics>) -> crate::fe
 }
 
 impl<S: Store> Notifier<S> {
-    pub fn new(svc: Service<S>, me: Jid, metrics: Arc<Metrics>) -> Self {
-        Notifier { svc, me, metrics }
+    pub fn new(svc: Service<S>, me: Jid, metrics: Arc<Metrics>, multicast: Arc<LinkMulticast>) -> Self {
+        Notifier { svc, me, metrics, multicast, limits: Limits::default() }
     }
 
     /// Fans out changes until `stop` is set, then fans out what is already waiting and
-    /// returns (dropping `out`, so the link can close once it is written).
+    /// returns (dropping `out`, so the link can close once it is written). A refusal from
+    /// the multicast service is handled before the next change.
     pub async fn run(
         &self,
         mut changes: mpsc::Receiver<Change>,
-        out: mpsc::Sender<Push>,
+        mut refusals: mpsc::UnboundedReceiver<Refused>,
+        out: mpsc::Sender<Outgoing>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         let mut n = 0u64;
         loop {
-            let stopping = tokio::select! {
-                c = changes.recv() => Err(c),
-                r = stop.wait_for(|s| *s) => Ok(r.is_ok()),
+            // Each branch only says what came, so no future of the select (the guard
+            // `wait_for` returns may not live across an await) is alive while it is handled.
+            let next = tokio::select! {
+                biased;
+                Some(refused) = refusals.recv() => Next::Refused(refused),
+                c = changes.recv() => Next::Change(c),
+                _ = stop.wait_for(|s| *s) => Next::Stop,
             };
-            let change = match stopping {
-                Err(c) => c,
-                Ok(_) => {
+            let change = match next {
+                Next::Refused(refused) => {
+                    if !self.refused(refused, &out).await {
+                        return;
+                    }
+                    continue;
+                }
+                Next::Change(c) => c,
+                Next::Stop => {
                     changes.close();
                     changes.recv().await
                 }
             };
             let Some(change) = change else { return };
-            let messages = match self.messages(&change, &mut n).await {
+            let pushes = match self.messages(&change, &mut n).await {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::error!(feed = %change.feed, item = %change.item.id, error = %e, "cannot fan out a change");
                     continue;
                 }
             };
-            for m in messages {
-                if out.send(m).await.is_err() {
+            for o in self.multicast.plan(pushes, self.limits) {
+                if !self.send(o, &out).await {
                     return;
                 }
-                self.metrics.pushes_sent.inc();
             }
         }
+    }
+
+    /// Queues one stanza for the link; false once the link is gone.
+    async fn send(&self, o: Outgoing, out: &mpsc::Sender<Outgoing>) -> bool {
+        let (recipients, multicast) = (o.recipients() as u64, matches!(o, Outgoing::Multicast(_)));
+        if out.send(o).await.is_err() {
+            return false;
+        }
+        self.metrics.pushes_sent.inc_by(recipients);
+        if multicast {
+            self.metrics.multicast_messages.inc();
+        }
+        true
+    }
+
+    /// The service refused a multicast message: its pushes go out one by one, and multicast
+    /// stops for this connection (logged once).
+    async fn refused(&self, refused: Refused, out: &mpsc::Sender<Outgoing>) -> bool {
+        let Some(refusal) = self.multicast.refusal(&refused.id, &refused.condition) else { return true };
+        self.metrics.multicast_refusals.inc();
+        if refusal.first {
+            tracing::warn!(
+                id = %refused.id,
+                condition = %refused.condition,
+                resent = refusal.resend.len(),
+                "the multicast service refused a push message: one message per subscriber until the next login"
+            );
+        }
+        for push in refusal.resend {
+            if !self.send(Outgoing::Single(push), out).await {
+                return false;
+            }
+        }
+        true
     }
 
     /// The messages one change makes, in subscription order within each view. The copies of

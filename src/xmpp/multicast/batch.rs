@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::stanza::MulticastPush;
+use crate::xmpp::parts::{Parts, ToParts};
 use crate::xmpp::payloads::Push;
 
 /// What the multicast service and the server allow in one message, and when a batch is
@@ -40,6 +41,25 @@ pub enum Outgoing {
     Single(Push),
     /// One push to many subscribers, through the multicast service.
     Multicast(MulticastPush),
+}
+
+impl ToParts for Outgoing {
+    fn parts(&self) -> Result<Parts<'_>, xso::error::Error> {
+        match self {
+            Outgoing::Single(p) => p.parts(),
+            Outgoing::Multicast(m) => m.parts(),
+        }
+    }
+}
+
+impl Outgoing {
+    /// How many subscribers this stanza reaches.
+    pub fn recipients(&self) -> usize {
+        match self {
+            Outgoing::Single(_) => 1,
+            Outgoing::Multicast(m) => m.recipients.len(),
+        }
+    }
 }
 
 /// The stanzas for one change's `pushes` (in the pusher's order), sent through `service`
