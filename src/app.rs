@@ -12,7 +12,7 @@ use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::SqliteStore;
 use crate::xmpp::errors::{resource_constraint, service_unavailable};
 use crate::xmpp::multicast::{self, LinkMulticast};
-use crate::xmpp::notify::{Notifier, Refused, change_sink};
+use crate::xmpp::notify::{FromService, Notifier, change_sink};
 use crate::xmpp::reply::Reply;
 use crate::xmpp::router::{Router, Served};
 use anyhow::Context;
@@ -44,8 +44,9 @@ struct Dispatcher<S: Store> {
     notifier: Arc<Notifier<S>>,
     /// The link's multicast service: found at each login, used by the notifier.
     multicast: Arc<LinkMulticast>,
-    /// The service's refusals, to the notifier (which resends in order with its pushes).
-    refusals: mpsc::UnboundedSender<Refused>,
+    /// What the multicast service says (refusals, probe answers), to the notifier, which
+    /// resends in order with its pushes.
+    from_service: mpsc::UnboundedSender<FromService>,
     /// Taken away at shutdown, so the link sees the queue close once in-flight work is done.
     out: Mutex<Option<mpsc::Sender<Reply>>>,
     slots: Arc<Semaphore>,
@@ -64,6 +65,9 @@ impl<S: Store> Dispatcher<S> {
             Inbound::Stanza(stanza) => match *stanza {
                 Stanza::Iq(iq) => match self.multicast.answer(&iq) {
                     multicast::Answer::Taken(next) => self.send_iqs(next),
+                    multicast::Answer::Settled(id) => {
+                        let _ = self.from_service.send(FromService::Answered(id));
+                    }
                     multicast::Answer::NotOurs => self.on_iq(iq),
                 },
                 Stanza::Message(m) => self.on_message(m),
@@ -115,7 +119,7 @@ impl<S: Store> Dispatcher<S> {
                 || "undefined-condition".to_string(),
                 |e| minidom::Element::from(e.defined_condition.clone()).name().to_string(),
             );
-            let _ = self.refusals.send(Refused { id: id.0.clone(), condition });
+            let _ = self.from_service.send(FromService::Refused { id: id.0.clone(), condition });
             return;
         }
         let permanent = crate::xmpp::bounce::is_permanent(error.as_ref());
@@ -305,8 +309,8 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let n = notifier.clone();
-    let (refusals, refusals_rx) = mpsc::unbounded_channel();
-    let fanout = tokio::spawn(async move { n.run(change_rx, refusals_rx, push_tx, stop_rx).await });
+    let (from_service, from_service_rx) = mpsc::unbounded_channel();
+    let fanout = tokio::spawn(async move { n.run(change_rx, from_service_rx, push_tx, stop_rx).await });
     let (closing_tx, closing_rx) = watch::channel(false);
     let dispatcher = Arc::new(Dispatcher {
         router: Router::new(svc, me.clone()),
@@ -319,7 +323,7 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
         metrics,
         notifier,
         multicast,
-        refusals,
+        from_service,
         out: Mutex::new(Some(out_tx)),
         slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT as usize)),
         closing: AtomicBool::new(false),

@@ -7,7 +7,11 @@
 //! Multicast: while the link knows the server's XEP-0033 service, each change's pushes are
 //! grouped by identical push and sent as `bcc` batches through it (see
 //! [`super::multicast`]); a refusal from the service comes back here, on the same task, so
-//! the refused batch is resent one by one before any later change is fanned out.
+//! the refused batch is resent one by one before any later change is fanned out. Batches
+//! sent before the first refusal arrived may be refused too: so after it, a probe is
+//! queued behind them and no change is fanned out until the service has answered it
+//! (at most [`SETTLE_WAIT`]), each refusal meanwhile resent as it comes. Every subscriber
+//! thus gets its pushes in commit order also across the switch.
 //!
 //! Backpressure policy: pushes are best-effort, as Smart Feeds intends (a client that sees a
 //! `PreviousCursor` it does not hold pulls what it missed). The writer hands changes over
@@ -36,20 +40,24 @@ pub struct Notifier<S: Store> {
     limits: Limits,
 }
 
+/// How long fan-out waits, after a first refusal, for the service to answer the probe.
+pub const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What the fan-out loop takes next.
 enum Next {
-    Refused(Refused),
+    Service(FromService),
     Change(Option<Change>),
     Stop,
 }
 
-/// The multicast service answered one of our messages with an error.
+/// What the multicast service said about our messages.
 #[derive(Debug, Clone)]
-pub struct Refused {
-    /// The refused message's stanza id.
-    pub id: String,
-    /// The error condition, e.g. `forbidden`.
-    pub condition: String,
+pub enum FromService {
+    /// It refused the message with stanza id `id` with the error `condition` (e.g.
+    /// `forbidden`).
+    Refused { id: String, condition: String },
+    /// It answered the probe with this stanza id: every earlier message is settled.
+    Answered(String),
 }
 
 /// A push could not be written as XML (a node name or id no XML can carry).
@@ -93,7 +101,7 @@ impl<S: Store> Notifier<S> {
     pub async fn run(
         &self,
         mut changes: mpsc::Receiver<Change>,
-        mut refusals: mpsc::UnboundedReceiver<Refused>,
+        mut service: mpsc::UnboundedReceiver<FromService>,
         out: mpsc::Sender<Outgoing>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
@@ -103,17 +111,19 @@ impl<S: Store> Notifier<S> {
             // `wait_for` returns may not live across an await) is alive while it is handled.
             let next = tokio::select! {
                 biased;
-                Some(refused) = refusals.recv() => Next::Refused(refused),
+                Some(said) = service.recv() => Next::Service(said),
                 c = changes.recv() => Next::Change(c),
                 _ = stop.wait_for(|s| *s) => Next::Stop,
             };
             let change = match next {
-                Next::Refused(refused) => {
-                    if !self.refused(refused, &out).await {
+                Next::Service(FromService::Refused { id, condition }) => {
+                    if !self.refused(&id, &condition, &mut service, &out).await {
                         return;
                     }
                     continue;
                 }
+                // A probe answered late, after fan-out stopped waiting for it.
+                Next::Service(FromService::Answered(_)) => continue,
                 Next::Change(c) => c,
                 Next::Stop => {
                     changes.close();
@@ -150,24 +160,59 @@ impl<S: Store> Notifier<S> {
     }
 
     /// The service refused a multicast message: its pushes go out one by one, and multicast
-    /// stops for this connection (logged once).
-    async fn refused(&self, refused: Refused, out: &mpsc::Sender<Outgoing>) -> bool {
-        let Some(refusal) = self.multicast.refusal(&refused.id, &refused.condition) else { return true };
+    /// stops for this connection (logged once). After the first refusal, waits for the
+    /// service to settle the messages sent before it (see the module docs).
+    async fn refused(
+        &self,
+        id: &str,
+        condition: &str,
+        service: &mut mpsc::UnboundedReceiver<FromService>,
+        out: &mpsc::Sender<Outgoing>,
+    ) -> bool {
+        let Some(first) = self.resend(id, condition, out).await else { return false };
+        let Some(probe) = first.then(|| self.multicast.probe()).flatten() else { return true };
+        let probe_id = probe.id().to_string();
+        if !self.send(Outgoing::Probe(Box::new(probe)), out).await {
+            return false;
+        }
+        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+        loop {
+            match tokio::time::timeout_at(deadline, service.recv()).await {
+                Ok(Some(FromService::Refused { id, condition })) => {
+                    if self.resend(&id, &condition, out).await.is_none() {
+                        return false;
+                    }
+                }
+                Ok(Some(FromService::Answered(id))) if id == probe_id => return true,
+                Ok(Some(FromService::Answered(_))) => {}
+                Ok(None) => return true,
+                Err(_) => {
+                    tracing::warn!(wait = ?SETTLE_WAIT, "the multicast service did not answer a probe; fanning out again");
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Resends the refused message `id` one by one; whether it was the first refusal on
+    /// this connection, or `None` once the link is gone.
+    async fn resend(&self, id: &str, condition: &str, out: &mpsc::Sender<Outgoing>) -> Option<bool> {
+        let Some(refusal) = self.multicast.refusal(id, condition) else { return Some(false) };
         self.metrics.multicast_refusals.inc();
         if refusal.first {
             tracing::warn!(
-                id = %refused.id,
-                condition = %refused.condition,
+                %id,
+                %condition,
                 resent = refusal.resend.len(),
                 "the multicast service refused a push message: one message per subscriber until the next login"
             );
         }
         for push in refusal.resend {
             if !self.send(Outgoing::Single(push), out).await {
-                return false;
+                return None;
             }
         }
-        true
+        Some(refusal.first)
     }
 
     /// The messages one change makes, in subscription order within each view. The copies of

@@ -21,6 +21,8 @@ use crate::xmpp::payloads::Push;
 /// Stanza ids of our discovery queries start with this, so their answers are told apart
 /// from every other iq result.
 const QUERY_ID: &str = "mc-disco-";
+/// Stanza ids of our probes (see [`LinkMulticast::probe`]).
+const PROBE_ID: &str = "mc-probe-";
 
 /// The multicast state of the component's link. See the module docs.
 pub struct LinkMulticast {
@@ -51,6 +53,8 @@ pub enum Answer {
     NotOurs,
     /// Taken; these queries go out next.
     Taken(Vec<Iq>),
+    /// The service answered the probe with this stanza id.
+    Settled(String),
 }
 
 impl LinkMulticast {
@@ -111,6 +115,9 @@ impl LinkMulticast {
             Iq::Error { id, .. } => (id, None),
             Iq::Get { .. } | Iq::Set { .. } => return Answer::NotOurs,
         };
+        if id.starts_with(PROBE_ID) {
+            return Answer::Settled(id.clone());
+        }
         if !id.starts_with(QUERY_ID) {
             return Answer::NotOurs;
         }
@@ -165,6 +172,16 @@ impl LinkMulticast {
             }
         }
         out
+    }
+
+    /// A disco#info to the service found on this connection (refused or not), with a fresh
+    /// id: sent behind multicast messages, its answer says the service has answered them
+    /// all. `None` without a service.
+    pub fn probe(&self) -> Option<Iq> {
+        let mut state = self.state();
+        let jid = state.service.as_ref()?.jid.clone();
+        state.queries += 1;
+        Query::Info(jid).iq(&self.me, format!("{PROBE_ID}{}", state.queries)).ok()
     }
 
     /// Whether an error message from `from` is the service refusing a message of ours
@@ -230,6 +247,11 @@ mod tests {
         assert_eq!(refusal.resend.len(), 3);
         assert!(mc.service().is_none());
         assert!(matches!(mc.plan(pushes(3), Limits::default())[0], Outgoing::Single(_)));
+        // The probe goes to the service, and its answer is told apart.
+        let probe = mc.probe().unwrap();
+        assert_eq!(probe.to().map(|j| j.to_string()), Some("multicast.localhost".to_string()));
+        let answer = result(&probe, "multicast.localhost", info);
+        assert!(matches!(mc.answer(&answer), Answer::Settled(id) if id.starts_with(PROBE_ID)));
         // A new login looks again, from nothing.
         assert_eq!(mc.link_up().len(), 2);
         let stray = Iq::Result { from: None, to: None, id: "keepalive-1".into(), payload: None };
