@@ -44,8 +44,20 @@ local full_sessions, bare_sessions, hosts = prosody.full_sessions, prosody.bare_
 
 local xmlns_address = "http://jabber.org/protocol/address";
 
-local senders = module:get_option_set("multicast_senders", {});
-local max_addresses = module:get_option_number("multicast_max_addresses", 10000, 1);
+local senders, max_addresses;
+
+-- The options, read at load and again whenever the configuration is reloaded (SIGHUP,
+-- `prosodyctl reload`), so an operator can withdraw a component's right without a restart.
+local function read_options()
+	senders = module:get_option_set("multicast_senders", {});
+	max_addresses = module:get_option_number("multicast_max_addresses", 10000, 1);
+	module:log("info", "multicast offered to: %s (at most %d addresses)", tostring(senders), max_addresses);
+	if senders:empty() then
+		module:log("warn", "multicast_senders is empty: every multicast will be refused");
+	end
+end
+read_options();
+module:hook_global("config-reloaded", read_options);
 
 module:depends("disco");
 module:add_identity("service", "multicast", "Multicast for components");
@@ -54,10 +66,6 @@ module:add_extension(dataform {
 	{ name = "FORM_TYPE", type = "hidden", value = xmlns_address },
 	{ name = "message", type = "text-single" },
 }:form({ message = tostring(max_addresses) }, "result"));
-
-if senders:empty() then
-	module:log("warn", "multicast_senders is empty: every multicast will be refused");
-end
 
 -- The recipients of a message's <addresses/>, prepped, or nil and why not.
 local function bcc_recipients(addresses)

@@ -11,7 +11,8 @@ use crate::metrics::Metrics;
 use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::SqliteStore;
 use crate::xmpp::errors::{resource_constraint, service_unavailable};
-use crate::xmpp::notify::{Notifier, change_sink};
+use crate::xmpp::multicast::{self, LinkMulticast};
+use crate::xmpp::notify::{FromService, Notifier, change_sink};
 use crate::xmpp::reply::Reply;
 use crate::xmpp::router::{Router, Served};
 use anyhow::Context;
@@ -41,6 +42,11 @@ struct Dispatcher<S: Store> {
     /// Bounds one sender domain's share of `slots`.
     domains: DomainSlots,
     notifier: Arc<Notifier<S>>,
+    /// The link's multicast service: found at each login, used by the notifier.
+    multicast: Arc<LinkMulticast>,
+    /// What the multicast service says (refusals, probe answers), to the notifier, which
+    /// resends in order with its pushes.
+    from_service: mpsc::UnboundedSender<FromService>,
     /// Taken away at shutdown, so the link sees the queue close once in-flight work is done.
     out: Mutex<Option<mpsc::Sender<Reply>>>,
     slots: Arc<Semaphore>,
@@ -57,7 +63,13 @@ impl<S: Store> Dispatcher<S> {
     fn on_inbound(self: &Arc<Self>, event: Inbound) {
         match event {
             Inbound::Stanza(stanza) => match *stanza {
-                Stanza::Iq(iq) => self.on_iq(iq),
+                Stanza::Iq(iq) => match self.multicast.answer(&iq) {
+                    multicast::Answer::Taken(next) => self.send_iqs(next),
+                    multicast::Answer::Settled(id) => {
+                        let _ = self.from_service.send(FromService::Answered(id));
+                    }
+                    multicast::Answer::NotOurs => self.on_iq(iq),
+                },
                 Stanza::Message(m) => self.on_message(m),
                 Stanza::Presence(_) => {}
             },
@@ -74,18 +86,42 @@ impl<S: Store> Dispatcher<S> {
                 tracing::debug!(logins = n, "link up");
                 self.metrics.connected.set(1);
                 self.metrics.connects.inc();
+                self.send_iqs(self.multicast.link_up());
             }
             Inbound::Disconnected { reason } => {
                 tracing::debug!(%reason, "link down");
                 self.metrics.connected.set(0);
+                self.multicast.link_down();
             }
         }
     }
 
-    /// Messages to us are push bounces or nothing we handle.
+    /// Queues iqs of our own (discovery queries) with the replies.
+    fn send_iqs(&self, iqs: Vec<Iq>) {
+        let Some(out) = self.sender().filter(|_| !iqs.is_empty()) else { return };
+        tokio::spawn(async move {
+            for iq in iqs {
+                if out.send(iq.into()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Messages to us are push bounces, the multicast service refusing a message, or
+    /// nothing we handle. A copy the service delivered bounces from its recipient, so it
+    /// counts against that subscriber as a push of our own does.
     fn on_message(self: &Arc<Self>, m: Message) {
         let (MessageType::Error, Some(from)) = (&m.type_, m.from.clone()) else { return };
         let error = m.payloads.iter().find(|p| p.name() == "error").and_then(|e| StanzaError::try_from(e.clone()).ok());
+        if let (true, Some(id)) = (self.multicast.is_service(&from), m.id.as_ref()) {
+            let condition = error.as_ref().map_or_else(
+                || "undefined-condition".to_string(),
+                |e| minidom::Element::from(e.defined_condition.clone()).name().to_string(),
+            );
+            let _ = self.from_service.send(FromService::Refused { id: id.0.clone(), condition });
+            return;
+        }
         let permanent = crate::xmpp::bounce::is_permanent(error.as_ref());
         tracing::debug!(%from, ?error, "push bounced");
         let notifier = self.notifier.clone();
@@ -227,7 +263,9 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
     let me = Jid::new(&config.component.jid).context("component.jid")?;
     let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub } = changes;
     let svc = Service::new(store, Arc::new(config.policy()), system_clock());
-    let notifier = Arc::new(Notifier::new(svc.clone(), me.clone(), metrics.clone()));
+    let mut link_cfg = LinkConfig::new(config.component.server.clone(), me.clone(), config.component.secret.clone());
+    let multicast = Arc::new(LinkMulticast::new(config.push.multicast, me.clone(), link_cfg.ping_to.to_string()));
+    let notifier = Arc::new(Notifier::new(svc.clone(), me.clone(), metrics.clone(), multicast.clone()));
     svc.init().await.context("creating the configured feeds")?;
     tracing::info!(db = %config.store.describe(), feeds = config.feeds.len(), "store ready");
 
@@ -285,7 +323,8 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let n = notifier.clone();
-    let fanout = tokio::spawn(async move { n.run(change_rx, push_tx, stop_rx).await });
+    let (from_service, from_service_rx) = mpsc::unbounded_channel();
+    let fanout = tokio::spawn(async move { n.run(change_rx, from_service_rx, push_tx, stop_rx).await });
     let (closing_tx, closing_rx) = watch::channel(false);
     let dispatcher = Arc::new(Dispatcher {
         router: Router::new(svc, me.clone()),
@@ -297,12 +336,13 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
         domains: DomainSlots::new(config.limits.requests_per_domain),
         metrics,
         notifier,
+        multicast,
+        from_service,
         out: Mutex::new(Some(out_tx)),
         slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT as usize)),
         closing: AtomicBool::new(false),
         closing_rx: closing_rx.clone(),
     });
-    let mut link_cfg = LinkConfig::new(config.component.server.clone(), me, config.component.secret.clone());
     // A publish just over the payload limit must still arrive whole, to get its precise
     // `payload-too-big`; escaping can double an entry's size on the wire.
     link_cfg.limits.max_stanza_bytes =

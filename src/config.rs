@@ -157,11 +157,15 @@ pub struct PushConfig {
     pub queue: usize,
     /// Permanent delivery errors in a row after which a JID's subscriptions are removed.
     pub bounce_limit: u32,
+    /// Whether to look for the server's XEP-0033 multicast service at each login and send
+    /// each change once per view through it (see `xmpp::multicast`). Off: one push message
+    /// per subscriber, as with a server that has no such service.
+    pub multicast: bool,
 }
 
 impl Default for PushConfig {
     fn default() -> Self {
-        PushConfig { backlog: 10_000, queue: 65_536, bounce_limit: 3 }
+        PushConfig { backlog: 10_000, queue: 65_536, bounce_limit: 3, multicast: true }
     }
 }
 

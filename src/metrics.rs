@@ -48,6 +48,8 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub request_seconds: Family<KindLabel, Histogram>,
     pub pushes_sent: Counter,
+    pub multicast_messages: Counter,
+    pub multicast_refusals: Counter,
     pub pushes_dropped: Counter<u64, AtomicU64>,
     pub pushes_bounced: Counter,
     pub subscriptions_removed: Counter,
@@ -88,7 +90,23 @@ impl Metrics {
         });
         registry.register("request_seconds", "time from receipt to reply, by kind", request_seconds.clone());
         let pushes_sent = Counter::default();
-        registry.register("pushes_sent", "push messages handed to the server", pushes_sent.clone());
+        registry.register(
+            "pushes_sent",
+            "pushes handed to the server, one per subscriber and change (multicast copies included)",
+            pushes_sent.clone(),
+        );
+        let multicast_messages = Counter::default();
+        registry.register(
+            "multicast_messages",
+            "messages sent through the server's XEP-0033 multicast service, each one push to many subscribers",
+            multicast_messages.clone(),
+        );
+        let multicast_refusals = Counter::default();
+        registry.register(
+            "multicast_refusals",
+            "multicast messages the service refused (their pushes were resent one by one)",
+            multicast_refusals.clone(),
+        );
         let pushes_dropped = Counter::default();
         registry.register("pushes_dropped", "changes not pushed because the backlog was full", pushes_dropped.clone());
         let pushes_bounced = Counter::default();
@@ -133,6 +151,8 @@ impl Metrics {
             requests,
             request_seconds,
             pushes_sent,
+            multicast_messages,
+            multicast_refusals,
             pushes_dropped,
             pushes_bounced,
             subscriptions_removed,

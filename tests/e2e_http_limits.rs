@@ -68,9 +68,9 @@ fn scrape() -> String {
     scrape_metrics(ports().metrics)
 }
 
-/// The value of the metric line that starts with `prefix` (0 when absent).
-fn metric(text: &str, prefix: &str) -> f64 {
-    text.lines().find_map(|l| l.strip_prefix(prefix)).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
+/// The value of the sample `name` (labels included), 0 when absent.
+fn metric(text: &str, name: &str) -> f64 {
+    common::smartfeeds::metric(text, name).unwrap_or(0.0)
 }
 
 async fn get_as(client: &reqwest::Client, token: &str) -> StatusCode {
@@ -112,9 +112,9 @@ async fn a_client_over_its_rate_gets_429_while_others_go_on() {
     assert_eq!(get_as(&client, EVE).await, StatusCode::OK);
 
     let text = scrape();
-    let refused = metric(&text, "smartfeeds_http_requests_total{route=\"/feeds/{feed}/\",status=\"429\"} ");
+    let refused = metric(&text, "smartfeeds_http_requests_total{route=\"/feeds/{feed}/\",status=\"429\"}");
     assert!(refused >= 1.0, "429s are counted:\n{text}");
-    let served = metric(&text, "smartfeeds_http_requests_total{route=\"/feeds/{feed}/\",status=\"200\"} ");
+    let served = metric(&text, "smartfeeds_http_requests_total{route=\"/feeds/{feed}/\",status=\"200\"}");
     assert!(served >= 14.0, "200s are counted ({served}):\n{text}");
 }
 
@@ -122,7 +122,7 @@ async fn a_client_over_its_rate_gets_429_while_others_go_on() {
 async fn metrics_show_held_long_polls_and_count_routes() {
     ports();
     let client = reqwest::Client::new();
-    let held = "smartfeeds_http_held{kind=\"longpoll\"} ";
+    let held = "smartfeeds_http_held{kind=\"longpoll\"}";
     let before = metric(&scrape(), held);
     // Two long-polls held on the feed (as the admin: no rate in the way).
     let poll = || {
@@ -164,9 +164,9 @@ async fn metrics_show_held_long_polls_and_count_routes() {
     assert_eq!(client.get(url("/nowhere")).bearer_auth(ADMIN).send().await.unwrap().status(), StatusCode::NOT_FOUND);
     let text = scrape();
     assert!(
-        metric(&text, "smartfeeds_http_requests_total{route=\"/feeds/{feed}/items/{id}\",status=\"200\"} ") >= 1.0,
+        metric(&text, "smartfeeds_http_requests_total{route=\"/feeds/{feed}/items/{id}\",status=\"200\"}") >= 1.0,
         "{text}"
     );
-    assert!(metric(&text, "smartfeeds_http_requests_total{route=\"unmatched\",status=\"404\"} ") >= 1.0, "{text}");
+    assert!(metric(&text, "smartfeeds_http_requests_total{route=\"unmatched\",status=\"404\"}") >= 1.0, "{text}");
     assert!(text.contains("smartfeeds_http_request_seconds_bucket{le="), "{text}");
 }

@@ -4,8 +4,7 @@
 mod common;
 
 use common::pubsub::*;
-use common::smartfeeds::Smartfeeds;
-use common::smartfeeds::scrape_metrics as scrape;
+use common::smartfeeds::{Smartfeeds, scrape_metrics as scrape};
 use common::stanza_type;
 use common::start_selected;
 

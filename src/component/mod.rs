@@ -6,8 +6,8 @@
 
 pub mod stream;
 
+use crate::xmpp::multicast::Outgoing as PushOut;
 use crate::xmpp::parts::{Parts, ToParts};
-use crate::xmpp::payloads::Push;
 use crate::xmpp::reply::Reply;
 use jid::Jid;
 use std::time::{Duration, Instant};
@@ -139,15 +139,15 @@ fn is_reply_to(s: &Stanza, ping_id: &str) -> bool {
 /// delays an answer.
 pub struct Outbound {
     pub replies: mpsc::Receiver<Reply>,
-    pub pushes: mpsc::Receiver<Push>,
+    pub pushes: mpsc::Receiver<PushOut>,
 }
 
-/// What the link writes next: a reply, or one copy of a push (which it writes around the
-/// body all copies share).
+/// What the link writes next: a reply, or a push (one copy, or one multicast message; either
+/// is written around the body all copies share).
 #[allow(clippy::large_enum_variant, reason = "there is only ever one: the link's next write")]
 enum Outgoing {
     Reply(Reply),
-    Push(Push),
+    Push(PushOut),
 }
 
 impl ToParts for Outgoing {

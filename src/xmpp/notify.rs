@@ -4,12 +4,22 @@
 //! Ordering: one task takes changes in commit order and queues their messages in that
 //! order on one FIFO, so pushes to any one subscriber leave in commit order.
 //!
+//! Multicast: while the link knows the server's XEP-0033 service, each change's pushes are
+//! grouped by identical push and sent as `bcc` batches through it (see
+//! [`super::multicast`]); a refusal from the service comes back here, on the same task, so
+//! the refused batch is resent one by one before any later change is fanned out. Batches
+//! sent before the first refusal arrived may be refused too: so after it, a probe is
+//! queued behind them and no change is fanned out until the service has answered it
+//! (at most [`SETTLE_WAIT`]), each refusal meanwhile resent as it comes. Every subscriber
+//! thus gets its pushes in commit order also across the switch.
+//!
 //! Backpressure policy: pushes are best-effort, as Smart Feeds intends (a client that sees a
 //! `PreviousCursor` it does not hold pulls what it missed). The writer hands changes over
 //! without ever waiting; when more than `push.backlog` changes wait to be fanned out, new
 //! ones are not pushed (counted and logged), so publishes and pulls never slow down for
 //! push. Messages wait in their own bounded queue, which the link drains after replies.
 
+use super::multicast::{Limits, LinkMulticast, Outgoing};
 use super::payloads::shim::SyncHeaders;
 use super::payloads::{Headers, Push, PushBody};
 use crate::feed::ports::Store;
@@ -26,6 +36,28 @@ pub struct Notifier<S: Store> {
     svc: Service<S>,
     me: Jid,
     metrics: Arc<Metrics>,
+    multicast: Arc<LinkMulticast>,
+    limits: Limits,
+}
+
+/// How long fan-out waits, after a first refusal, for the service to answer the probe.
+pub const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What the fan-out loop takes next.
+enum Next {
+    Service(FromService),
+    Change(Option<Change>),
+    Stop,
+}
+
+/// What the multicast service said about our messages.
+#[derive(Debug, Clone)]
+pub enum FromService {
+    /// It refused the message with stanza id `id` with the error `condition` (e.g.
+    /// `forbidden`).
+    Refused { id: String, condition: String },
+    /// It answered the probe with this stanza id: every earlier message is settled.
+    Answered(String),
 }
 
 /// A push could not be written as XML (a node name or id no XML can carry).
@@ -59,46 +91,128 @@ pub fn change_sink(tx: mpsc::Sender<Change>, metrics: Arc<Metrics>) -> crate::fe
 }
 
 impl<S: Store> Notifier<S> {
-    pub fn new(svc: Service<S>, me: Jid, metrics: Arc<Metrics>) -> Self {
-        Notifier { svc, me, metrics }
+    pub fn new(svc: Service<S>, me: Jid, metrics: Arc<Metrics>, multicast: Arc<LinkMulticast>) -> Self {
+        Notifier { svc, me, metrics, multicast, limits: Limits::default() }
     }
 
     /// Fans out changes until `stop` is set, then fans out what is already waiting and
-    /// returns (dropping `out`, so the link can close once it is written).
+    /// returns (dropping `out`, so the link can close once it is written). A refusal from
+    /// the multicast service is handled before the next change.
     pub async fn run(
         &self,
         mut changes: mpsc::Receiver<Change>,
-        out: mpsc::Sender<Push>,
+        mut service: mpsc::UnboundedReceiver<FromService>,
+        out: mpsc::Sender<Outgoing>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         let mut n = 0u64;
         loop {
-            let stopping = tokio::select! {
-                c = changes.recv() => Err(c),
-                r = stop.wait_for(|s| *s) => Ok(r.is_ok()),
+            // Each branch only says what came, so no future of the select (the guard
+            // `wait_for` returns may not live across an await) is alive while it is handled.
+            let next = tokio::select! {
+                biased;
+                Some(said) = service.recv() => Next::Service(said),
+                c = changes.recv() => Next::Change(c),
+                _ = stop.wait_for(|s| *s) => Next::Stop,
             };
-            let change = match stopping {
-                Err(c) => c,
-                Ok(_) => {
+            let change = match next {
+                Next::Service(FromService::Refused { id, condition }) => {
+                    if !self.refused(&id, &condition, &mut service, &out).await {
+                        return;
+                    }
+                    continue;
+                }
+                // A probe answered late, after fan-out stopped waiting for it.
+                Next::Service(FromService::Answered(_)) => continue,
+                Next::Change(c) => c,
+                Next::Stop => {
                     changes.close();
                     changes.recv().await
                 }
             };
             let Some(change) = change else { return };
-            let messages = match self.messages(&change, &mut n).await {
+            let pushes = match self.messages(&change, &mut n).await {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::error!(feed = %change.feed, item = %change.item.id, error = %e, "cannot fan out a change");
                     continue;
                 }
             };
-            for m in messages {
-                if out.send(m).await.is_err() {
+            for o in self.multicast.plan(pushes, self.limits) {
+                if !self.send(o, &out).await {
                     return;
                 }
-                self.metrics.pushes_sent.inc();
             }
         }
+    }
+
+    /// Queues one stanza for the link; false once the link is gone.
+    async fn send(&self, o: Outgoing, out: &mpsc::Sender<Outgoing>) -> bool {
+        let (recipients, multicast) = (o.recipients() as u64, matches!(o, Outgoing::Multicast(_)));
+        if out.send(o).await.is_err() {
+            return false;
+        }
+        self.metrics.pushes_sent.inc_by(recipients);
+        if multicast {
+            self.metrics.multicast_messages.inc();
+        }
+        true
+    }
+
+    /// The service refused a multicast message: its pushes go out one by one, and multicast
+    /// stops for this connection (logged once). After the first refusal, waits for the
+    /// service to settle the messages sent before it (see the module docs).
+    async fn refused(
+        &self,
+        id: &str,
+        condition: &str,
+        service: &mut mpsc::UnboundedReceiver<FromService>,
+        out: &mpsc::Sender<Outgoing>,
+    ) -> bool {
+        let Some(first) = self.resend(id, condition, out).await else { return false };
+        let Some(probe) = first.then(|| self.multicast.probe()).flatten() else { return true };
+        let probe_id = probe.id().to_string();
+        if !self.send(Outgoing::Probe(Box::new(probe)), out).await {
+            return false;
+        }
+        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+        loop {
+            match tokio::time::timeout_at(deadline, service.recv()).await {
+                Ok(Some(FromService::Refused { id, condition })) => {
+                    if self.resend(&id, &condition, out).await.is_none() {
+                        return false;
+                    }
+                }
+                Ok(Some(FromService::Answered(id))) if id == probe_id => return true,
+                Ok(Some(FromService::Answered(_))) => {}
+                Ok(None) => return true,
+                Err(_) => {
+                    tracing::warn!(wait = ?SETTLE_WAIT, "the multicast service did not answer a probe; fanning out again");
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Resends the refused message `id` one by one; whether it was the first refusal on
+    /// this connection, or `None` once the link is gone.
+    async fn resend(&self, id: &str, condition: &str, out: &mpsc::Sender<Outgoing>) -> Option<bool> {
+        let Some(refusal) = self.multicast.refusal(id, condition) else { return Some(false) };
+        self.metrics.multicast_refusals.inc();
+        if refusal.first {
+            tracing::warn!(
+                %id,
+                %condition,
+                resent = refusal.resend.len(),
+                "the multicast service refused a push message: one message per subscriber until the next login"
+            );
+        }
+        for push in refusal.resend {
+            if !self.send(Outgoing::Single(push), out).await {
+                return None;
+            }
+        }
+        Some(refusal.first)
     }
 
     /// The messages one change makes, in subscription order within each view. The copies of

@@ -32,7 +32,12 @@ pub struct Fixture {
 impl Fixture {
     /// A fresh server and smartfeeds with `tables` (see [`Smartfeeds::start`]).
     pub fn start(tables: &str) -> Fixture {
-        let server: &'static TestServer = Box::leak(Box::new(start_selected()));
+        Fixture::on(start_selected(), tables)
+    }
+
+    /// Smartfeeds with `tables` on `server`, a server started with settings of its own.
+    pub fn on(server: TestServer, tables: &str) -> Fixture {
+        let server: &'static TestServer = Box::leak(Box::new(server));
         let feeds = Smartfeeds::start(server, tables);
         let cleanup = remove_on_exit(&[server.data_dir(), feeds.dir()]);
         Fixture { server, feeds, _cleanup: cleanup }

@@ -238,13 +238,18 @@ fn toml_string(path: &Path) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// The text smartfeeds' Prometheus endpoint on `127.0.0.1:port` answers (status line and
-/// headers included).
+/// The Prometheus text of a smartfeeds whose `[metrics] listen` is `127.0.0.1:port`, with
+/// the HTTP status line and headers.
 pub fn scrape_metrics(port: u16) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics port");
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("metrics request");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
     let mut out = String::new();
-    s.read_to_string(&mut out).expect("metrics answer");
+    s.read_to_string(&mut out).unwrap();
     out
+}
+
+/// The value of the unlabelled sample `name` in a [`scrape_metrics`] text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }

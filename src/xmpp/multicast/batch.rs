@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::stanza::MulticastPush;
+use crate::xmpp::parts::{Parts, ToParts, items};
 use crate::xmpp::payloads::Push;
+use xmpp_parsers::iq::Iq;
 
 /// What the multicast service and the server allow in one message, and when a batch is
 /// worth sending.
@@ -40,6 +42,31 @@ pub enum Outgoing {
     Single(Push),
     /// One push to many subscribers, through the multicast service.
     Multicast(MulticastPush),
+    /// A question to the multicast service, queued behind the messages before it: the
+    /// service answers in the order it reads, so its answer means every earlier message
+    /// was taken or refused (see [`LinkMulticast::probe`](super::LinkMulticast::probe)).
+    Probe(Box<Iq>),
+}
+
+impl ToParts for Outgoing {
+    fn parts(&self) -> Result<Parts<'_>, xso::error::Error> {
+        match self {
+            Outgoing::Single(p) => p.parts(),
+            Outgoing::Multicast(m) => m.parts(),
+            Outgoing::Probe(iq) => items(&**iq),
+        }
+    }
+}
+
+impl Outgoing {
+    /// How many subscribers this stanza reaches.
+    pub fn recipients(&self) -> usize {
+        match self {
+            Outgoing::Single(_) => 1,
+            Outgoing::Multicast(m) => m.recipients.len(),
+            Outgoing::Probe(_) => 0,
+        }
+    }
 }
 
 /// The stanzas for one change's `pushes` (in the pusher's order), sent through `service`
@@ -131,6 +158,7 @@ mod tests {
                 Outgoing::Multicast(m) => {
                     format!("{}:{}..{}", m.recipients.len(), m.recipients[0], m.recipients.last().unwrap())
                 }
+                Outgoing::Probe(_) => "probe".into(),
             })
             .collect()
     }

@@ -14,16 +14,20 @@
 //!   too small to gain go one stanza per subscriber;
 //! - [`stanza`]: the multicast message itself;
 //! - [`fallback`]: remembering sent batches so a refused one goes out one by one after all,
-//!   and the refusal, so later changes do too.
+//!   and the refusal, so later changes do too;
+//! - [`link`]: all of the above for one connection to the server, as the dispatcher and
+//!   the pusher use it.
 
 pub mod batch;
 pub mod discovery;
 pub mod fallback;
+pub mod link;
 pub mod stanza;
 
 pub use batch::{Limits, Outgoing, plan};
 pub use discovery::{Discovery, Query, Service};
 pub use fallback::{Fallback, Refusal};
+pub use link::{Answer, LinkMulticast};
 pub use stanza::MulticastPush;
 
 /// A push body for the tests of this module: a published entry on `node`.

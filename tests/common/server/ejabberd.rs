@@ -73,6 +73,8 @@ pub struct Ejabberd {
     cookie: String,
     api_port: u16,
     dist_port: u16,
+    /// Whether `mod_multicast` is configured.
+    multicast: bool,
 }
 
 impl Ejabberd {
@@ -131,6 +133,11 @@ impl Ejabberd {
         }
     }
 
+    /// An ejabberd without `mod_multicast`.
+    pub fn without_multicast(data: &Path) -> Result<Ejabberd, String> {
+        Ok(Ejabberd { multicast: false, ..Ejabberd::new(data)? })
+    }
+
     fn ctl_command(&self) -> Command {
         let mut command = Command::new(&self.ctl);
         command.arg("--config-dir").arg(&self.data).current_dir(&self.data);
@@ -174,6 +181,7 @@ impl Server for Ejabberd {
             cookie: format!("cookie{pid:x}x{n}x{nanos:x}"),
             api_port: 0,
             dist_port: 0,
+            multicast: true,
         })
     }
 
@@ -193,7 +201,10 @@ impl Server for Ejabberd {
             _ => "info", // readiness detection needs the info lines
         };
         let data = self.data.to_str().expect("checked UTF-8");
-        let config = render_config(setup.c2s_port(), setup.component_port(), self.api_port, &setup.secret, level)?;
+        let mut config = render_config(setup.c2s_port(), setup.component_port(), self.api_port, &setup.secret, level)?;
+        if !self.multicast {
+            config = without_module(&config, "mod_multicast")?;
+        }
         let ctl_config = render_ctl_config(&self.node, self.dist_port, &self.cookie, data)?;
         fs::write(self.data.join("ejabberd.yml"), config).map_err(|e| format!("cannot write ejabberd.yml: {e}"))?;
         fs::write(self.data.join("ejabberdctl.cfg"), ctl_config)
@@ -277,6 +288,20 @@ impl Server for Ejabberd {
         format!("node {}, ", self.node)
     }
 
+    /// Names another server in the `multicast_senders` ACL and reloads the configuration
+    /// (REST `reload_config`, which returns once it is in force).
+    fn refuse_multicast(&self, _setup: &Setup, _process: &Process) -> Result<(), String> {
+        let path = self.data.join("ejabberd.yml");
+        let config = fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        let granted = format!("  multicast_senders:\n    server:\n      - \"{COMPONENT_DOMAIN}\"\n");
+        if !config.contains(&granted) {
+            return Err(format!("{} does not grant multicast with {granted:?}", path.display()));
+        }
+        let withdrawn = granted.replace(COMPONENT_DOMAIN, "nobody.invalid");
+        fs::write(&path, config.replace(&granted, &withdrawn)).map_err(|e| e.to_string())?;
+        self.api("reload_config", "{}").map(drop)
+    }
+
     /// ejabberd 23.01 has no route for the domain, tries server-to-server and answers
     /// `remote-server-not-found` at once.
     fn component_down_condition(&self) -> &'static str {
@@ -313,6 +338,27 @@ pub fn render_config(
         .replace("@SECRET@", secret)
         .replace("@LOG_LEVEL@", log_level);
     no_leftover(config, "#", "ejabberd/ejabberd.yml")
+}
+
+/// `config` without the entry of `module` under `modules:` (its line and the more
+/// deeply indented lines below it).
+fn without_module(config: &str, module: &str) -> Result<String, String> {
+    let head = format!("  {module}:");
+    let mut out = String::with_capacity(config.len());
+    let (mut skipping, mut found) = (false, false);
+    for line in config.lines() {
+        if line == head || line.starts_with(&format!("{head} ")) {
+            (skipping, found) = (true, true);
+            continue;
+        }
+        if skipping && (line.starts_with("   ") || line.trim().is_empty()) {
+            continue;
+        }
+        skipping = false;
+        out.push_str(line);
+        out.push('\n');
+    }
+    if found { Ok(out) } else { Err(format!("ejabberd.yml has no {module} to leave out")) }
 }
 
 /// Fills in the placeholders of [`CTL_CONFIG_TEMPLATE`] (a shell file: the values must not

@@ -33,6 +33,9 @@ use minidom::Element;
 pub use ejabberd::Ejabberd;
 pub use prosody::Prosody;
 pub use select::{ENV, Kind, start_selected};
+
+/// The domain of the servers' multicast service (XEP-0033), offered to `feeds.localhost`.
+pub const MULTICAST_DOMAIN: &str = "multicast.localhost";
 pub use test_server::TestServer;
 
 use super::process::Process;
@@ -197,6 +200,11 @@ pub trait Server: Send + Sync + 'static {
     fn describe(&self) -> String {
         String::new()
     }
+
+    /// Withdraws `feeds.localhost`'s right to the multicast service (XEP-0033) of the
+    /// running server, whose process is `process`, so the service refuses its next
+    /// messages: a refusal in the middle of a run. Returns once the server took the change.
+    fn refuse_multicast(&self, setup: &Setup, process: &Process) -> Result<(), String>;
 
     /// The stanza error condition a client gets for an iq to the component's domain while
     /// no component is connected.

@@ -27,6 +27,8 @@ use minidom::Element;
 
 use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST, installed};
 use crate::common::federation::S2s;
+use crate::common::logs;
+use crate::common::process::Process;
 use crate::common::xml::{NS_CLIENT, error_condition, stanza_type};
 
 /// The configuration template, `prosody/prosody.cfg.lua`.
@@ -34,6 +36,8 @@ pub const CONFIG_TEMPLATE: &str = include_str!("../../../prosody/prosody.cfg.lua
 /// The repo's `prosody/` directory, where `mod_component_multicast.lua` lives (the
 /// template's `plugin_paths`).
 pub const PLUGIN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/prosody");
+/// The variable `prosody/prosody.cfg.lua` reads: `off` leaves the multicast service out.
+pub const MULTICAST_ENV: &str = "SMARTFEEDS_PROSODY_MULTICAST";
 /// Prosody's namespace for "the component is not connected".
 pub const COMPONENT_NS: &str = "xmpp:prosody.im/protocol/component";
 
@@ -42,12 +46,19 @@ pub struct Prosody {
     bin: PathBuf,
     /// Server-to-server, for a federation test; none by default.
     s2s: Option<S2s>,
+    /// Whether the multicast service is loaded (`SMARTFEEDS_PROSODY_MULTICAST`).
+    multicast: bool,
 }
 
 impl Prosody {
     /// A Prosody of a federation test, for [`TestServer::start_with`](super::TestServer::start_with).
     pub fn federated(data: &Path, s2s: S2s) -> Result<Prosody, String> {
         Ok(Prosody { s2s: Some(s2s), ..Prosody::new(data)? })
+    }
+
+    /// A Prosody without the multicast service (`SMARTFEEDS_PROSODY_MULTICAST=off`).
+    pub fn without_multicast(data: &Path) -> Result<Prosody, String> {
+        Ok(Prosody { multicast: false, ..Prosody::new(data)? })
     }
 
     /// Whether it carries the template's hosts and components (`feeds.localhost`, …).
@@ -64,7 +75,7 @@ impl Server for Prosody {
             return Err(format!("temporary directory path {data_str:?} cannot go in a Lua string"));
         }
         fs::create_dir_all(data.join("certs")).map_err(|e| e.to_string())?;
-        Ok(Prosody { bin, s2s: None })
+        Ok(Prosody { bin, s2s: None, multicast: true })
     }
 
     fn kind(&self) -> Kind {
@@ -92,6 +103,10 @@ impl Server for Prosody {
     fn command(&self, setup: &Setup) -> Command {
         let mut command = Command::new(&self.bin);
         command.arg("-F").arg("--config").arg(config_path(&setup.data)).current_dir(&setup.data);
+        match self.multicast {
+            true => command.env_remove(MULTICAST_ENV),
+            false => command.env(MULTICAST_ENV, "off"),
+        };
         command
     }
 
@@ -145,6 +160,29 @@ impl Server for Prosody {
 
     fn describe(&self) -> String {
         self.s2s.as_ref().map_or_else(String::new, |s2s| format!("{} with s2s on {}, ", s2s.vhost, s2s.addr))
+    }
+
+    /// Empties `multicast_senders` in the configuration file and has Prosody reload it
+    /// (SIGHUP); our module reads its options again then, and logs them.
+    fn refuse_multicast(&self, setup: &Setup, process: &Process) -> Result<(), String> {
+        let path = config_path(&setup.data);
+        let config = fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        let granted = format!("multicast_senders = {{ \"{COMPONENT_DOMAIN}\" }}");
+        if !config.contains(&granted) {
+            return Err(format!("{} does not grant multicast with `{granted}`", path.display()));
+        }
+        fs::write(&path, config.replace(&granted, "multicast_senders = { }")).map_err(|e| e.to_string())?;
+        let log = self.log_path(&setup.data);
+        let offset = logs::offset(&log);
+        process.signal("-HUP");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !logs::read_from(&log, offset).contains("multicast offered to: ") {
+            if std::time::Instant::now() > deadline {
+                return Err("Prosody did not reload the multicast options within 10 s".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(())
     }
 
     /// Prosody 0.12 knows the component and answers `remote-server-timeout`.

@@ -65,6 +65,14 @@ impl Kind {
         }
     }
 
+    /// Starts a fresh instance of this server without its multicast service (XEP-0033).
+    pub fn start_without_multicast(self) -> TestServer {
+        match self {
+            Kind::Prosody => TestServer::<Prosody>::start_with(Prosody::without_multicast).into_dyn(),
+            Kind::Ejabberd => TestServer::<Ejabberd>::start_with(Ejabberd::without_multicast).into_dyn(),
+        }
+    }
+
     /// Starts a fresh instance of this server, whatever the environment says.
     pub fn start(self) -> TestServer {
         match self {

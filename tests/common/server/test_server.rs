@@ -242,6 +242,15 @@ impl<S: Server + ?Sized> TestServer<S> {
         process.kill();
     }
 
+    /// Makes the running server's multicast service refuse `feeds.localhost` from now on
+    /// (see [`Server::refuse_multicast`]). Panics if the server did not take the change.
+    pub fn refuse_multicast(&self) {
+        let process = self.process.as_ref().unwrap_or_else(|| panic!("{} is not running", self.name()));
+        if let Err(e) = self.server.refuse_multicast(&self.setup, process) {
+            panic!("{}: cannot withdraw the multicast right: {e}\n{}", self.name(), self.log_tail(30));
+        }
+    }
+
     /// Kills the server with SIGKILL (a crash: no stream is closed). No-op when not running.
     pub fn kill(&mut self) {
         if let Some(process) = self.process.take() {
