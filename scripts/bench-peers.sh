@@ -305,6 +305,10 @@ start_smartfeeds() {
 		RUST_LOG=${RUST_LOG:-info} "$smartfeeds" --config "$conf" 2>>"$logf" &
 		pid=$!
 		if [ "$i" = 1 ]; then sf_pid=$pid; else sf_pid2=$pid; fi
+		# ejabberd routes the answers to an instance's discovery to any instance of the
+		# domain: a second instance may not learn of the multicast service (it then pushes
+		# one message per subscriber); wait for its login only.
+		[ "$i" = 1 ] || ready="connected"
 		local up=""
 		for _ in $(seq 1 150); do
 			tail -n +"$((from + 1))" "$logf" | grep -q "$ready" && { up=1; break; }
