@@ -32,6 +32,8 @@ const MAX_IN_FLIGHT: u32 = 256;
 const OUTBOUND_QUEUE: usize = 8192;
 /// How long shutdown waits for in-flight requests, then for the stream to close.
 const DRAIN: Duration = Duration::from_secs(10);
+/// How often multicast discovery queries still unanswered are asked again.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
 
 /// Takes inbound stanzas from the link and serves each on its own task, so a slow store read
 /// never blocks the connection loop.
@@ -350,6 +352,17 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
     let d = dispatcher.clone();
     let outbound = Outbound { replies: out_rx, pushes: push_rx };
     let mut link = tokio::spawn(component::run(link_cfg, outbound, closing_rx, move |ev| d.on_inbound(ev)));
+    // Discovery answers that went astray (to another instance of the domain) are asked for
+    // again.
+    let d = dispatcher.clone();
+    let ask_again = tokio::spawn(async move {
+        let mut every = tokio::time::interval(DISCOVERY_RETRY);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            d.send_iqs(d.multicast.ask_again());
+        }
+    });
 
     tokio::select! {
         _ = shutdown_signal() => tracing::info!("shutting down"),
@@ -375,6 +388,7 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
     if tokio::time::timeout(DRAIN, dispatcher.slots.acquire_many(MAX_IN_FLIGHT)).await.is_err() {
         tracing::warn!("requests still in flight after {DRAIN:?}; closing anyway");
     }
+    ask_again.abort();
     dispatcher.out.lock().unwrap_or_else(|p| p.into_inner()).take();
     // Committed changes still waiting are fanned out; then the push queue closes too.
     let _ = stop_tx.send(true);

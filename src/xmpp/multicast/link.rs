@@ -21,6 +21,8 @@ use crate::xmpp::payloads::Push;
 /// Stanza ids of our discovery queries start with this, so their answers are told apart
 /// from every other iq result.
 const QUERY_ID: &str = "mc-disco-";
+/// How often unanswered discovery queries are asked again on one connection.
+const ASK_AGAIN: u32 = 10;
 /// Stanza ids of our probes (see [`LinkMulticast::probe`]).
 const PROBE_ID: &str = "mc-probe-";
 
@@ -41,6 +43,8 @@ struct State {
     /// Queries sent and not answered, by stanza id.
     asked: HashMap<String, Query>,
     queries: u64,
+    /// Times the unanswered queries were asked again on this connection.
+    asked_again: u32,
     /// The service found on this connection.
     service: Option<Service>,
     fallback: Fallback,
@@ -78,6 +82,26 @@ impl LinkMulticast {
         }
         let (discovery, queries) = Discovery::start(self.me.as_str(), &self.server);
         state.discovery = Some(discovery);
+        self.ask(&mut state, queries)
+    }
+
+    /// The discovery queries still unanswered, asked again under new ids (at most
+    /// [`ASK_AGAIN`] times per connection). With several instances on one domain, ejabberd
+    /// routes an answer to any of them, so an instance's answer may go to another; a query
+    /// asked again reaches us sooner or later. Answers to the old ids are ignored.
+    pub fn ask_again(&self) -> Vec<Iq> {
+        let mut state = self.state();
+        if state.discovery.is_none() || state.asked.is_empty() {
+            return Vec::new();
+        }
+        if state.asked_again >= ASK_AGAIN {
+            tracing::info!("no answer to the multicast discovery: one push message per subscriber");
+            state.discovery = None;
+            state.asked.clear();
+            return Vec::new();
+        }
+        state.asked_again += 1;
+        let queries: Vec<Query> = std::mem::take(&mut state.asked).into_values().collect();
         self.ask(&mut state, queries)
     }
 
@@ -256,6 +280,34 @@ mod tests {
         assert_eq!(mc.link_up().len(), 2);
         let stray = Iq::Result { from: None, to: None, id: "keepalive-1".into(), payload: None };
         assert_eq!(mc.answer(&stray), Answer::NotOurs);
+    }
+
+    #[test]
+    fn unanswered_queries_are_asked_again_under_new_ids_a_bounded_number_of_times() {
+        let mc = LinkMulticast::new(true, Jid::new("feeds.localhost").unwrap(), "localhost".into());
+        assert!(mc.ask_again().is_empty(), "nothing asked yet");
+        let first = mc.link_up();
+        // The items answer went to another instance; the info answer came.
+        assert_eq!(mc.answer(&result(&first[0], "localhost", NO_FEATURES)), Answer::Taken(Vec::new()));
+        let again = mc.ask_again();
+        assert_eq!(again.len(), 1, "only the unanswered query");
+        let id = |iq: &Iq| match iq {
+            Iq::Get { id, .. } => id.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_ne!(id(&again[0]), id(&first[1]));
+        // A late answer to the old id changes nothing; the answer to the new one counts.
+        let items = "<query xmlns='http://jabber.org/protocol/disco#items'><item jid='multicast.localhost'/></query>";
+        assert_eq!(mc.answer(&result(&first[1], "localhost", items)), Answer::Taken(Vec::new()));
+        let Answer::Taken(next) = mc.answer(&result(&again[0], "localhost", items)) else { panic!() };
+        assert_eq!(next.len(), 1, "multicast.localhost is asked");
+        // Never answered: asked again ASK_AGAIN times, then given up (one message each).
+        for _ in 0..ASK_AGAIN - 1 {
+            assert_eq!(mc.ask_again().len(), 1);
+        }
+        assert!(mc.ask_again().is_empty());
+        assert!(mc.ask_again().is_empty());
+        assert!(mc.service().is_none());
     }
 
     #[test]
