@@ -306,8 +306,8 @@ start_smartfeeds() {
 		pid=$!
 		if [ "$i" = 1 ]; then sf_pid=$pid; else sf_pid2=$pid; fi
 		# ejabberd routes the answers to an instance's discovery to any instance of the
-		# domain: a second instance may not learn of the multicast service (it then pushes
-		# one message per subscriber); wait for its login only.
+		# domain: a second instance finds the multicast service once one of its repeated
+		# queries is answered to it; wait for its login only.
 		[ "$i" = 1 ] || ready="connected"
 		local up=""
 		for _ in $(seq 1 150); do

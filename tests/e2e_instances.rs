@@ -170,6 +170,17 @@ async fn when_one_instance_is_killed_the_other_serves_and_pushes() {
         let log = std::fs::read_to_string(sf.log_path()).unwrap();
         assert!(log.contains("cannot connect to the server"), "{}", sf.log_tail(20));
     }
+    if !standby {
+        // ejabberd routes answers for the domain to either instance: each still learns of
+        // the multicast service, asking again until its own answer reaches it.
+        for sf in [&a, &b] {
+            let started = Instant::now();
+            while !std::fs::read_to_string(sf.log_path()).unwrap_or_default().contains("multicast service found") {
+                assert!(started.elapsed() < Duration::from_secs(30), "no multicast service:\n{}", sf.log_tail(20));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 
     let mut alice = host.login("alice").await;
     subscribe(&mut alice, "shared", "alice@localhost").await;
