@@ -9,6 +9,7 @@ use crate::feed::{Action, Change, Store};
 use crate::limiter::{Admission, DomainSlots, Limiter};
 use crate::metrics::Metrics;
 use crate::store::postgres::PostgresStore;
+use crate::store::postgres::relay::Relay;
 use crate::store::sqlite::SqliteStore;
 use crate::xmpp::errors::{resource_constraint, service_unavailable};
 use crate::xmpp::multicast::{self, LinkMulticast};
@@ -55,6 +56,8 @@ struct Dispatcher<S: Store> {
     closing: AtomicBool,
     /// Set at shutdown, so requests waiting for their sender's rate are answered at once.
     closing_rx: watch::Receiver<bool>,
+    /// Whether the link is up.
+    linked: watch::Sender<bool>,
 }
 
 impl<S: Store> Dispatcher<S> {
@@ -88,11 +91,13 @@ impl<S: Store> Dispatcher<S> {
                 tracing::debug!(logins = n, "link up");
                 self.metrics.connected.set(1);
                 self.metrics.connects.inc();
+                self.linked.send_replace(true);
                 self.send_iqs(self.multicast.link_up());
             }
             Inbound::Disconnected { reason } => {
                 tracing::debug!(%reason, "link down");
                 self.metrics.connected.set(0);
+                self.linked.send_replace(false);
                 self.multicast.link_down();
             }
         }
@@ -202,14 +207,26 @@ impl<S: Store> Dispatcher<S> {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::new());
-    let (change_tx, change_rx) = mpsc::channel(config.push.backlog);
+    // On PostgreSQL, pushes come from the shared push log (see `store::postgres::relay`),
+    // which keeps what waits: the queue in memory holds one batch, the most a crash can cost.
+    let shared = matches!(config.store.backend(), StoreBackend::Postgres(_));
+    let backlog = if shared { crate::store::postgres::relay::BATCH } else { config.push.backlog };
+    let (change_tx, change_rx) = mpsc::channel(backlog);
     let weak_changes = change_tx.downgrade();
+    let (linked_tx, linked_rx) = watch::channel(false);
     let m = metrics.clone();
     let observer: crate::feed::ports::CommitObserver = Box::new(move |batch, took| m.commit(batch, took));
     // The store's one change sink feeds every face: XMPP pushes, and HTTP wake-ups when
     // the HTTP face runs. Each hands changes over without waiting.
     let wakeups = crate::http::longpoll::Wakeups::new();
-    let mut sinks = vec![change_sink(change_tx, metrics.clone())];
+    let mut sinks = Vec::new();
+    // On SQLite, this process's own commits are all there is to push.
+    let relay_to = if shared {
+        Some(change_tx)
+    } else {
+        sinks.push(change_sink(change_tx, metrics.clone()));
+        None
+    };
     let wake_rx = config.http.as_ref().map(|_| {
         let (sink, rx) = wakeups.sink();
         sinks.push(sink);
@@ -220,7 +237,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         sinks.push(hub.sink());
     }
     let sink = fan_out(sinks);
-    let changes = Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub };
+    let changes = Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked: linked_tx };
     match config.store.backend() {
         StoreBackend::Sqlite(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -241,6 +258,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             let store = PostgresStore::connect_observed(url, Some(sink), Some(observer))
                 .await
                 .with_context(|| format!("opening the store {}", config.store.describe()))?;
+            if let Some(to) = relay_to {
+                let relay = Relay::new(url, to, linked_rx).map_err(|why| anyhow::anyhow!("store.url: {why}"))?;
+                tokio::spawn(relay.run());
+            }
             let out = serve(config, store.clone(), metrics, changes).await;
             store.close().await;
             out
@@ -258,12 +279,14 @@ struct Changes {
     wake_rx: Option<mpsc::Receiver<Change>>,
     /// The WebSub hub's subscriptions, woken by the same changes.
     hub: Arc<crate::hub::Registry>,
+    /// Whether the link is up: an instance on PostgreSQL pushes only while it is.
+    linked: watch::Sender<bool>,
 }
 
 /// Serves the component over an open store until SIGTERM or ctrl-c.
 async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, changes: Changes) -> anyhow::Result<()> {
     let me = Jid::new(&config.component.jid).context("component.jid")?;
-    let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub } = changes;
+    let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked } = changes;
     let svc = Service::new(store, Arc::new(config.policy()), system_clock());
     let mut link_cfg = LinkConfig::new(config.component.server.clone(), me.clone(), config.component.secret.clone());
     let multicast = Arc::new(LinkMulticast::new(config.push.multicast, me.clone(), link_cfg.ping_to.to_string()));
@@ -344,6 +367,7 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
         slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT as usize)),
         closing: AtomicBool::new(false),
         closing_rx: closing_rx.clone(),
+        linked,
     });
     // A publish just over the payload limit must still arrive whole, to get its precise
     // `payload-too-big`; escaping can double an entry's size on the wire.

@@ -3,9 +3,9 @@
 //! methods of the same names delegate here.
 
 use super::read::PgTx;
+use crate::feed::Cursor;
 use crate::feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
 use crate::feed::ports::{StoreError, StoreResult};
-use crate::feed::{Cursor, Payload};
 use tokio_postgres::Row;
 
 const SUB_COLUMNS: &str = "id, feed, view, topic, callback, secret, expires, delivered";
@@ -35,15 +35,7 @@ impl PgTx<'_> {
     }
 
     fn outbox_entry(&self, r: &Row) -> StoreResult<OutboxEntry> {
-        let payload: Vec<u8> = self.get(r, 7)?;
-        let payload =
-            String::from_utf8(payload).map_err(|_| StoreError::Corrupt("an outbox payload is not UTF-8".into()))?;
-        let payload = if self.get::<bool>(r, 5)? {
-            let when: Option<i64> = self.get(r, 6)?;
-            Payload::Tombstone { atom_ref: payload, when: when.unwrap_or(0) }
-        } else {
-            Payload::Entry(payload)
-        };
+        let payload = super::payload::from_columns(self.get(r, 5)?, self.get(r, 6)?, self.get(r, 7)?, "hub_outbox")?;
         Ok(OutboxEntry {
             seq: self.get(r, 0)?,
             feed: self.get(r, 1)?,
@@ -123,10 +115,7 @@ impl PgTx<'_> {
     }
 
     pub(crate) fn append_outbox_sql(&self, e: &OutboxEntry) -> StoreResult<i64> {
-        let (deleted, when, payload): (bool, Option<i64>, &[u8]) = match &e.payload {
-            Payload::Entry(xml) => (false, None, xml.as_bytes()),
-            Payload::Tombstone { atom_ref, when } => (true, Some(*when), atom_ref.as_bytes()),
-        };
+        let (deleted, when, payload) = super::payload::columns(&e.payload);
         let row = self.query_one(
             "INSERT INTO hub_outbox(feed, view, item_id, modified, deleted, when_ms, payload, count, previous, last, at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq",

@@ -8,6 +8,8 @@
 //! - `mcounts`: per-bucket counts that give rank and position in modified order.
 //! - `error`: SQLSTATEs as [`StoreError`] kinds.
 //! - `hub`: WebSub subscriptions and the outbox.
+//! - [`relay`]: pushes shared by several instances: the push log, shards, fencing.
+//! - `payload`: a payload as columns, the same in every table.
 //! - [`scratch`]: a private, throwaway server for tests and benchmarks.
 //!
 //! # Bridging synchronous closures
@@ -29,7 +31,9 @@
 mod error;
 mod hub;
 mod mcounts;
+mod payload;
 mod read;
+pub mod relay;
 mod schema;
 pub mod scratch;
 mod write;

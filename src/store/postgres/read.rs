@@ -10,7 +10,7 @@
 use super::mcounts;
 use crate::feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
 use crate::feed::ports::{FeedRow, ReadTx, Scope, StoreError, StoreResult, Subscription};
-use crate::feed::{Change, Item, Key, OrderBy, Payload};
+use crate::feed::{Change, Item, Key, OrderBy};
 use deadpool_postgres::Object;
 use std::cell::RefCell;
 use tokio::runtime::Handle;
@@ -121,16 +121,7 @@ pub(crate) const ITEM_COLUMNS: &str =
 impl PgTx<'_> {
     /// Reads an item from a row selected with [`ITEM_COLUMNS`].
     fn item_from_row(&self, row: &Row) -> StoreResult<Item> {
-        let payload: Vec<u8> = self.get(row, 10)?;
-        let payload =
-            String::from_utf8(payload).map_err(|_| StoreError::Corrupt("an item's payload is not UTF-8".into()))?;
-        let payload = if self.get::<bool>(row, 8)? {
-            let when: Option<i64> = self.get(row, 9)?;
-            let when = when.ok_or_else(|| StoreError::Corrupt("a tombstone without a time".into()))?;
-            Payload::Tombstone { atom_ref: payload, when }
-        } else {
-            Payload::Entry(payload)
-        };
+        let payload = super::payload::from_columns(self.get(row, 8)?, self.get(row, 9)?, self.get(row, 10)?, "items")?;
         Ok(Item {
             id: self.get(row, 0)?,
             created: Key { seq: self.get(row, 1)?, t: self.get(row, 2)? },

@@ -129,8 +129,43 @@ CREATE TABLE hub_outbox (
 CREATE INDEX hub_outbox_by_view ON hub_outbox(feed, view, seq);
 "#;
 
+/// Version 3: pushes shared by several instances (see `relay`).
+///
+/// - `push_log` holds each committed change that has subscribed views, one row per change
+///   with what every view saw (parallel arrays), until the instance that owns its shard has
+///   handed it to its pusher: the log *is* the queue, and what is left of it is where
+///   pushing resumes. Rows of one feed are numbered in commit order (the feed's row is
+///   locked before the row is written), which is all the order pushes need.
+/// - `push_shards` holds each shard's epoch, raised by every instance that takes it over,
+///   so one that lost it cannot record progress any more.
+const V3: &str = r#"
+CREATE TABLE push_log (
+    seq      BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    feed     BIGINT NOT NULL REFERENCES feeds(id),
+    shard    INT NOT NULL,
+    item_id  TEXT NOT NULL,
+    created  BOOLEAN NOT NULL,
+    modified BIGINT NOT NULL,
+    deleted  BOOLEAN NOT NULL,
+    when_ms  BIGINT,
+    payload  BYTEA NOT NULL,
+    views    TEXT[] NOT NULL,
+    counts   BIGINT[] NOT NULL,
+    previous TEXT[] NOT NULL,
+    last     TEXT[] NOT NULL
+);
+CREATE INDEX push_log_by_shard ON push_log(shard, seq);
+
+CREATE TABLE push_shards (
+    shard INT PRIMARY KEY,
+    epoch BIGINT NOT NULL DEFAULT 0,
+    owner TEXT
+);
+INSERT INTO push_shards(shard) SELECT generate_series(0, 15);
+"#;
+
 /// Every migration, in order. Append only; never edit a released entry.
-pub(crate) const MIGRATIONS: &[&str] = &[V1, V2];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -7,6 +7,7 @@ use super::scratch::TempServer;
 use super::*;
 use crate::feed::ports::Scope;
 use crate::feed::{Entry, Filter, Key, Order, OrderBy};
+use tokio::sync::watch;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
@@ -251,5 +252,94 @@ fn a_deadlock_between_instances_fails_one_closure_as_busy() {
         // Both writers carry on.
         publish(&a, "x".into(), 5).await.unwrap();
         publish(&b, "y".into(), 6).await.unwrap();
+    });
+}
+
+/// Subscribes a JID to feed "f" (created on first use) in created order.
+async fn subscribe(store: &PostgresStore, jid: &str) {
+    let jid = jid.to_string();
+    store
+        .write(move |tx| {
+            let f = match tx.feed_for_update("f")? {
+                Some(f) => f,
+                None => tx.create_feed("f")?,
+            };
+            let sub = crate::feed::ports::Subscription {
+                node: "f?order=created".into(),
+                view: "f?order=created".into(),
+                jid,
+                subid: "s".into(),
+            };
+            Ok(tx.put_subscription(f.id, &sub)?)
+        })
+        .await
+        .unwrap();
+}
+
+/// The ids of the next `n` changes a relay hands over.
+async fn relayed(rx: &mut mpsc::Receiver<crate::feed::Change>, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let c = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a change").expect("open");
+        out.push(c.item.id);
+    }
+    out
+}
+
+#[test]
+fn the_relay_hands_each_logged_change_over_once_and_a_fenced_owner_stops_after_one_batch() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let store = PostgresStore::connect(&url, None).await.unwrap();
+        subscribe(&store, "ann@x").await;
+        for i in 0..3 {
+            publish(&store, format!("i{i}"), 10 + i).await.unwrap();
+        }
+        // Changes committed before any instance pushes wait in the log.
+        let (linked_tx, linked) = watch::channel(true);
+        let (tx, mut rx) = mpsc::channel(relay::BATCH);
+        tokio::spawn(relay::Relay::new(&url, tx, linked).unwrap().run());
+        assert_eq!(relayed(&mut rx, 3).await, ["i0", "i1", "i2"]);
+        // Each with what its view saw: the chain of cursors is in the log too.
+        publish(&store, "i3".into(), 20).await.unwrap();
+        let c = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
+        assert_eq!((c.item.id.as_str(), c.views.len(), c.views[0].count), ("i3", 1, 4));
+        let (sql, _task) = client(&url).await;
+        let left = || async { sql.query_one("SELECT count(*) FROM push_log", &[]).await.unwrap().get::<_, i64>(0) };
+        let started = std::time::Instant::now();
+        while left().await > 0 {
+            assert!(started.elapsed() < Duration::from_secs(5), "relayed rows leave the log");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        // Another instance takes every shard over (raises the epochs): the old owner hands
+        // over the batch it had read, cannot record it, and stops; the rows stay, and the
+        // shard's next owner (here the same relay, after taking it again) starts from them.
+        sql.execute("UPDATE push_shards SET epoch = epoch + 1", &[]).await.unwrap();
+        publish(&store, "i4".into(), 30).await.unwrap();
+        assert_eq!(relayed(&mut rx, 1).await, ["i4"], "the batch in hand");
+        assert_eq!(relayed(&mut rx, 1).await, ["i4"], "again, by the shard's new owner");
+        publish(&store, "i5".into(), 40).await.unwrap();
+        assert_eq!(relayed(&mut rx, 1).await, ["i5"]);
+
+        // An instance whose link is down owns nothing: changes wait for one that can push.
+        linked_tx.send_replace(false);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        publish(&store, "i6".into(), 50).await.unwrap();
+        tokio::time::sleep(relay::TICK * 2).await;
+        assert!(rx.try_recv().is_err(), "nothing pushed while the link is down");
+        assert_eq!(left().await, 1);
+        let owners: i64 = sql
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(owners, 0, "no locks held while the link is down");
+        linked_tx.send_replace(true);
+        assert_eq!(relayed(&mut rx, 1).await, ["i6"]);
     });
 }

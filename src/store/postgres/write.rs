@@ -9,20 +9,11 @@ use super::mcounts;
 use super::read::{FEED_SQL, PgTx};
 use crate::feed::outbox::{HubSubscription, OutboxEntry};
 use crate::feed::ports::{FeedRow, StoreError, StoreResult, Subscription, WriteTx};
-use crate::feed::{Change, Item, Payload};
+use crate::feed::{Change, Item};
 
 /// The bare part of a JID: everything before the first `/`.
 fn bare(jid: &str) -> &str {
     jid.split_once('/').map_or(jid, |(b, _)| b)
-}
-
-/// The payload's columns: `(deleted, when_ms, payload)`. A tombstone's `payload` column holds
-/// its `ref`; the `<deleted-entry/>` element is rebuilt by the faces, not stored.
-fn payload_columns(payload: &Payload) -> (bool, Option<i64>, &[u8]) {
-    match payload {
-        Payload::Entry(xml) => (false, None, xml.as_bytes()),
-        Payload::Tombstone { atom_ref, when } => (true, Some(*when), atom_ref.as_bytes()),
-    }
 }
 
 /// The distinct terms of an item, first occurrence first: what the filter index holds.
@@ -82,7 +73,7 @@ impl WriteTx for PgTx<'_> {
     }
 
     fn insert_item(&mut self, feed: i64, item: &Item) -> StoreResult<()> {
-        let (deleted, when, payload) = payload_columns(&item.payload);
+        let (deleted, when, payload) = super::payload::columns(&item.payload);
         let n = self.execute(
             "INSERT INTO items(feed, id, cseq, ctime, mseq, mtime, author, atom_id, categories, deleted, when_ms, payload)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
@@ -126,7 +117,7 @@ impl WriteTx for PgTx<'_> {
         if cseq != new.created.seq {
             return Err(StoreError::Backend(format!("update of {:?} must keep its created key", old.id)));
         }
-        let (deleted, when, payload) = payload_columns(&new.payload);
+        let (deleted, when, payload) = super::payload::columns(&new.payload);
         self.execute(
             "UPDATE items SET mseq = $3, mtime = $4, author = $5, atom_id = $6, categories = $7, deleted = $8,
                  when_ms = $9, payload = $10
@@ -193,7 +184,50 @@ impl WriteTx for PgTx<'_> {
         self.prune_outbox_sql(keep)
     }
 
+    /// Also logs the change for the instance that pushes its feed (see `relay`), in this
+    /// transaction: a change is owed to subscribers exactly when it is committed. A failure
+    /// to log fails the closure, like any failed statement.
     fn emit(&mut self, change: Change) {
+        if !change.views.is_empty() {
+            let _ = self.log_push(&change);
+        }
         self.changes.push(change);
+    }
+}
+
+impl PgTx<'_> {
+    /// Appends a change to `push_log` (see `relay`), in its feed's shard.
+    fn log_push(&self, change: &Change) -> StoreResult<()> {
+        let (deleted, when, payload) = super::payload::columns(&change.item.payload);
+        let views: Vec<&str> = change.views.iter().map(|v| v.view.as_str()).collect();
+        let counts: Vec<i64> = change.views.iter().map(|v| v.count.min(i64::MAX as u64) as i64).collect();
+        let previous: Vec<Option<String>> = change.views.iter().map(|v| v.previous.map(|c| c.to_string())).collect();
+        let last: Vec<String> = change.views.iter().map(|v| v.last.to_string()).collect();
+        let sql = format!(
+            "INSERT INTO push_log(feed, shard, item_id, created, modified, deleted, when_ms, payload,
+                                  views, counts, previous, last)
+             SELECT id, (id % {shards})::int, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM feeds WHERE name = $1",
+            shards = super::relay::SHARDS
+        );
+        let n = self.execute(
+            &sql,
+            &[
+                &change.feed,
+                &change.item.id,
+                &change.created,
+                &change.item.modified.t,
+                &deleted,
+                &when,
+                &payload,
+                &views,
+                &counts,
+                &previous,
+                &last,
+            ],
+        )?;
+        if n == 0 {
+            return Err(StoreError::Backend(format!("cannot log a push: no feed {:?}", change.feed)));
+        }
+        Ok(())
     }
 }

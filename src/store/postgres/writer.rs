@@ -180,6 +180,10 @@ impl Writer {
         }
         let outcome = match aborted {
             Some(e) => Err(e),
+            // Instances listening are told once the changes are committed (see `relay`).
+            None if changes.iter().any(|c: &crate::feed::Change| !c.views.is_empty()) => {
+                rt.block_on(conn.batch_execute(super::relay::NOTIFY_AND_COMMIT)).map_err(StoreError::from)
+            }
             None => rt.block_on(conn.batch_execute("COMMIT")).map_err(StoreError::from),
         };
         match &outcome {
