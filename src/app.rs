@@ -219,25 +219,31 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // The store's one change sink feeds every face: XMPP pushes, and HTTP wake-ups when
     // the HTTP face runs. Each hands changes over without waiting.
     let wakeups = crate::http::longpoll::Wakeups::new();
+    let hub = crate::hub::Registry::new();
     let mut sinks = Vec::new();
-    // On SQLite, this process's own commits are all there is to push.
-    let relay_to = if shared {
-        Some(change_tx)
-    } else {
-        sinks.push(change_sink(change_tx, metrics.clone()));
-        None
-    };
     let wake_rx = config.http.as_ref().map(|_| {
         let (sink, rx) = wakeups.sink();
         sinks.push(sink);
         rx
     });
-    let hub = crate::hub::Registry::new();
-    if config.http.is_some() {
-        sinks.push(hub.sink());
-    }
+    let relay = match config.store.backend() {
+        // Pushes of both kinds, for the feeds this instance holds, whoever committed them.
+        StoreBackend::Postgres(url) => {
+            let relay = Relay::new(url, change_tx, linked_rx).map_err(|why| anyhow::anyhow!("store.url: {why}"))?;
+            Some(if config.http.is_some() { relay.also(hub.sink()) } else { relay })
+        }
+        // This process's own commits are all there is to push.
+        StoreBackend::Sqlite(_) => {
+            sinks.push(change_sink(change_tx, metrics.clone()));
+            if config.http.is_some() {
+                sinks.push(hub.sink());
+            }
+            None
+        }
+    };
+    let share = relay.as_ref().map(Relay::share);
     let sink = fan_out(sinks);
-    let changes = Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked: linked_tx };
+    let changes = Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked: linked_tx, share };
     match config.store.backend() {
         StoreBackend::Sqlite(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -258,8 +264,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             let store = PostgresStore::connect_observed(url, Some(sink), Some(observer))
                 .await
                 .with_context(|| format!("opening the store {}", config.store.describe()))?;
-            if let Some(to) = relay_to {
-                let relay = Relay::new(url, to, linked_rx).map_err(|why| anyhow::anyhow!("store.url: {why}"))?;
+            // After the store has migrated: the relay reads the push log.
+            if let Some(relay) = relay {
                 tokio::spawn(relay.run());
             }
             let out = serve(config, store.clone(), metrics, changes).await;
@@ -281,12 +287,14 @@ struct Changes {
     hub: Arc<crate::hub::Registry>,
     /// Whether the link is up: an instance on PostgreSQL pushes only while it is.
     linked: watch::Sender<bool>,
+    /// The feeds this instance pushes, when instances share the store.
+    share: Option<watch::Receiver<crate::feed::ports::Share>>,
 }
 
 /// Serves the component over an open store until SIGTERM or ctrl-c.
 async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, changes: Changes) -> anyhow::Result<()> {
     let me = Jid::new(&config.component.jid).context("component.jid")?;
-    let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked } = changes;
+    let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked, share } = changes;
     let svc = Service::new(store, Arc::new(config.policy()), system_clock());
     let mut link_cfg = LinkConfig::new(config.component.server.clone(), me.clone(), config.component.secret.clone());
     let multicast = Arc::new(LinkMulticast::new(config.push.multicast, me.clone(), link_cfg.ping_to.to_string()));
@@ -319,9 +327,16 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
         let settings = crate::http::Settings::from_config(http);
         tracing::info!(addr = %http.listen, base = %settings.base, open_files = ?files, "HTTP face listening");
         tokio::spawn(wakeups.clone().run(wake_rx));
-        let hub =
-            crate::hub::Hub::new(svc.clone(), config.hub.clone(), &settings.base, metrics.clone(), hub, hub_stop_rx)
-                .context("starting the WebSub hub")?;
+        let hub = crate::hub::Hub::new(
+            svc.clone(),
+            config.hub.clone(),
+            &settings.base,
+            metrics.clone(),
+            hub,
+            share,
+            hub_stop_rx,
+        )
+        .context("starting the WebSub hub")?;
         hub_task = Some(hub.start().await.context("loading the WebSub subscriptions")?);
         let state = Arc::new(crate::http::HttpState {
             svc: svc.clone(),

@@ -37,6 +37,8 @@ listen = "127.0.0.1:{http}"
 [[http.tokens]]
 jid = "bot@localhost"
 token = "{BOT}"
+[hub]
+allow_private_callbacks = true
 [[feeds]]
 name = "shared"
 publishers = ["bot@localhost"]
@@ -422,6 +424,58 @@ async fn subscribers_get_each_change_once_in_order_while_an_instance_is_killed_a
         for (node, got) in nodes.iter().zip(got) {
             check(&format!("{who} on {node}"), got, &acked);
         }
+    }
+    drop(b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websub_documents_come_once_in_order_from_whichever_instance_holds_the_feed() {
+    use common::websub::{Callback, entry_ids, subscribed};
+    let host = start_selected();
+    let url = fresh_database().await;
+    let (pa, pb) = (free_port(), free_port());
+    let mut a = instance(&host, &url, pa).await;
+    let b = instance(&host, &url, pb).await;
+    // Subscribed through one instance; documents of changes committed through either.
+    let cb = Callback::start().await;
+    let topic = format!("http://127.0.0.1:{pa}/feeds/shared/");
+    subscribed(&format!("http://127.0.0.1:{pa}/hub"), &topic, &cb, &[]).await;
+    let mut acked = publish_through(&[(pa, "a"), (pb, "b")], 0..10).await;
+    let delivered = |n: usize| {
+        let cb = cb.clone();
+        async move {
+            let started = Instant::now();
+            loop {
+                let ids = entry_ids(&cb.accepted());
+                if ids.iter().collect::<HashSet<_>>().len() >= n {
+                    return ids;
+                }
+                assert!(started.elapsed() < Duration::from_secs(20), "{} of {n} delivered: {ids:?}", ids.len());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let ids = delivered(acked.len()).await;
+    assert_eq!(ids.len(), acked.len(), "each document once, by one instance: {ids:?}");
+
+    // The instance the subscription was made through dies; the other delivers what follows.
+    a.kill();
+    acked.extend(publish_through(&[(pb, "b")], 10..20).await);
+    let ids = delivered(acked.len()).await;
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(unique, acked.iter().collect(), "every acknowledged change delivered");
+    // At least once: a crash may repeat the documents in flight, never reorder them.
+    assert!(ids.len() - unique.len() <= smartfeeds::store::postgres::relay::BATCH, "{ids:?}");
+    let mut firsts: std::collections::HashMap<&str, Vec<u32>> = Default::default();
+    let mut once = HashSet::new();
+    for id in &ids {
+        let (prefix, n) = id.rsplit_once('-').expect("PREFIX-N");
+        if once.insert(id) {
+            firsts.entry(prefix).or_default().push(n.parse().unwrap());
+        }
+    }
+    for (prefix, ns) in firsts {
+        assert!(ns.windows(2).all(|w| w[0] < w[1]), "{prefix} in commit order: {ns:?}");
     }
     drop(b);
 }

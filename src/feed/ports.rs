@@ -185,3 +185,19 @@ pub trait Store: Clone + Send + Sync + 'static {
         T: Send + 'static,
         F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static;
 }
+
+/// Which feeds this instance pushes, when several instances share one store (see
+/// `store::postgres::relay`): feeds are spread over `of` shards by id, and an instance
+/// pushes (XMPP and WebSub) the feeds of the shards it holds. `None` where one instance
+/// pushes everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Share {
+    pub shards: std::collections::BTreeSet<i32>,
+    pub of: i32,
+}
+
+impl Share {
+    pub fn owns(&self, feed: i64) -> bool {
+        self.of > 0 && self.shards.contains(&(feed.rem_euclid(i64::from(self.of)) as i32))
+    }
+}

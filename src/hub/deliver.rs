@@ -42,9 +42,37 @@ enum Ended {
 pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
     let mut stop = hub.stop.clone();
     let mut delivered = w.snapshot().delivered;
+    // Whether progress must be read from the store first (after this instance got the feed).
+    let mut refresh = false;
     loop {
         if w.is_gone() || *stop.borrow() {
             return;
+        }
+        if !hub.owns(w.snapshot().feed) {
+            // Another instance delivers this feed; once it is ours, resume from the progress
+            // the store has (the other instance's, or ours if it is further).
+            if !hub.await_share(w.snapshot().feed, &w).await {
+                return;
+            }
+            refresh = true;
+        }
+        if refresh {
+            let (feed, id) = (w.snapshot().feed, w.snapshot().id);
+            match hub.stored(feed, id).await {
+                Ok(Some(stored)) => {
+                    delivered = delivered.max(stored.delivered);
+                    refresh = false;
+                }
+                Ok(None) => {
+                    hub.registry.remove(|s| s.id == id);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, subscription = id, "cannot read a subscription");
+                    tokio::time::sleep(STORE_RETRY).await;
+                    continue;
+                }
+            }
         }
         let sub = w.snapshot();
         let left = sub.expires.saturating_sub(now_ms());
@@ -72,6 +100,8 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
         let Some(upto) = entries.last().map(|e| e.seq) else {
             tokio::select! {
                 _ = w.wake.notified() => {}
+                // Shards moved: whether this feed is still ours is asked again.
+                _ = hub.share_changed() => {}
                 _ = stopping(&mut stop) => return,
                 _ = tokio::time::sleep(Duration::from_millis(left.min(86_400_000) as u64)) => {}
             }

@@ -24,6 +24,12 @@
 //! per callback host (`max_per_host`), a host's slot taken before a global one, so one host
 //! cannot occupy them all. Publishes and pulls never wait for the hub: the change sink only
 //! wakes tasks, and the outbox row was already written with the change.
+//!
+//! **Several instances** on one store (PostgreSQL): each delivers the documents of the
+//! feeds whose shard it holds (`store::postgres::relay`), woken by the changes it relays;
+//! the others' tasks wait. A task that gets its feed resumes from the progress in the store,
+//! and every instance reads the subscriptions again each [`RELOAD`], so one made or ended
+//! through another instance is served or stopped here too.
 
 pub mod callback;
 mod deliver;
@@ -37,7 +43,7 @@ mod verify;
 use crate::config::HubConfig;
 use crate::feed::FeedError;
 use crate::feed::outbox::HubSubscription;
-use crate::feed::ports::Store;
+use crate::feed::ports::{Share, Store};
 use crate::feed::service::Service;
 use crate::metrics::Metrics;
 use std::collections::{HashMap, HashSet};
@@ -54,6 +60,8 @@ const HOUSEKEEPING: Duration = Duration::from_secs(5);
 const ACK_EVERY: Duration = Duration::from_millis(50);
 /// Subscriptions read per page at start.
 const LOAD_PAGE: usize = 1000;
+/// Where instances share the store, how often subscriptions are read again.
+const RELOAD: Duration = Duration::from_secs(1);
 
 /// Resolves once `stop` is set (or its sender is gone). The watch guard is dropped here,
 /// so callers' futures stay `Send`.
@@ -80,6 +88,8 @@ pub struct Hub<S: Store> {
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Progress not saved yet: subscription id → outbox seq delivered up to.
     acks: Mutex<HashMap<i64, i64>>,
+    /// The feeds this instance delivers, when instances share the store; `None`: all.
+    share: Option<watch::Receiver<Share>>,
     stop: watch::Receiver<bool>,
 }
 
@@ -92,6 +102,7 @@ impl<S: Store> Hub<S> {
         base: &str,
         metrics: Arc<Metrics>,
         registry: Arc<Registry>,
+        share: Option<watch::Receiver<Share>>,
         stop: watch::Receiver<bool>,
     ) -> anyhow::Result<Arc<Hub<S>>> {
         let timeout = Duration::from_secs_f64(config.timeout);
@@ -106,6 +117,7 @@ impl<S: Store> Hub<S> {
             slots: Arc::new(Semaphore::new(config.max_concurrent)),
             hosts: Mutex::default(),
             acks: Mutex::default(),
+            share,
             stop,
             config,
         }))
@@ -119,10 +131,23 @@ impl<S: Store> Hub<S> {
     /// progress) and the housekeeping; the returned task ends after `stop`, once the last
     /// progress is saved.
     pub async fn start(self: &Arc<Self>) -> Result<tokio::task::JoinHandle<()>, FeedError> {
-        let mut after = 0;
+        self.load().await?;
+        let n = self.registry.len();
+        self.metrics.hub.subscriptions.set(n as i64);
+        tracing::info!(subscriptions = n, hub = %self.url, "WebSub hub ready");
+        let me = self.clone();
+        Ok(tokio::spawn(async move { me.background().await }))
+    }
+
+    /// Starts a task for every stored subscription without one; where instances share the
+    /// store, also ends the tasks of subscriptions another instance removed. The stored
+    /// subscriptions' ids.
+    async fn load(self: &Arc<Self>) -> Result<(), FeedError> {
+        let (mut after, mut ids) = (0, HashSet::new());
         loop {
             let page = self.svc.store().read(move |tx| Ok(tx.hub_subscriptions(after, LOAD_PAGE)?)).await?;
             for sub in &page {
+                ids.insert(sub.id);
                 self.run(sub.clone());
             }
             match page.last() {
@@ -130,11 +155,54 @@ impl<S: Store> Hub<S> {
                 _ => break,
             }
         }
-        let n = self.registry.len();
-        self.metrics.hub.subscriptions.set(n as i64);
-        tracing::info!(subscriptions = n, hub = %self.url, "WebSub hub ready");
-        let me = self.clone();
-        Ok(tokio::spawn(async move { me.background().await }))
+        // Ids are handed out in order: one above every id read may be newer than the read.
+        if self.share.is_some()
+            && let Some(&top) = ids.iter().max()
+        {
+            self.registry.remove(|s| s.id < top && !ids.contains(&s.id));
+        }
+        Ok(())
+    }
+
+    /// Whether this instance delivers the documents of the feed with id `feed`.
+    fn owns(&self, feed: i64) -> bool {
+        self.share.as_ref().is_none_or(|s| s.borrow().owns(feed))
+    }
+
+    /// Waits until this instance delivers for `feed`; false if the hub stops or the
+    /// subscription ends first.
+    async fn await_share(&self, feed: i64, w: &Worker) -> bool {
+        let (Some(mut share), mut stop) = (self.share.clone(), self.stop.clone()) else { return true };
+        loop {
+            if share.borrow_and_update().owns(feed) {
+                return true;
+            }
+            tokio::select! {
+                changed = share.changed() => if changed.is_err() { return false },
+                _ = stopping(&mut stop) => return false,
+                _ = w.ended.notified() => return false,
+            }
+            if w.is_gone() {
+                return false;
+            }
+        }
+    }
+
+    /// Resolves when the shards this instance holds change; never where there are none.
+    async fn share_changed(&self) {
+        match self.share.clone() {
+            Some(mut share) => {
+                share.mark_unchanged();
+                let _ = share.changed().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// A subscription as stored now (another instance may have moved its progress).
+    async fn stored(&self, feed: i64, id: i64) -> Result<Option<HubSubscription>, FeedError> {
+        let subs = self.svc.store().read(move |tx| Ok(tx.hub_subscribers(feed)?)).await?;
+        Ok(subs.into_iter().find(|s| s.id == id))
     }
 
     /// Saves progress every [`ACK_EVERY`] and keeps house every [`HOUSEKEEPING`] until
@@ -145,10 +213,19 @@ impl<S: Store> Hub<S> {
         let mut house = tokio::time::interval(HOUSEKEEPING);
         acks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         house.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Where instances share the store, subscriptions made or removed through another
+        // instance are picked up here.
+        let mut reload = tokio::time::interval(RELOAD);
+        reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = acks.tick() => self.save_progress().await,
                 _ = house.tick() => self.housekeeping().await,
+                _ = reload.tick(), if self.share.is_some() => {
+                    if let Err(e) = self.load().await {
+                        tracing::warn!(error = %e, "cannot read the WebSub subscriptions");
+                    }
+                }
                 _ = stopping(&mut stop) => break,
             }
         }

@@ -26,7 +26,7 @@
 //! An instance whose link to the XMPP server is down owns nothing (a hot standby, or one
 //! whose server went away), so its shards go to instances that can deliver.
 
-use crate::feed::ports::{StoreError, StoreResult};
+use crate::feed::ports::{ChangeSink, Share, StoreError, StoreResult};
 use crate::feed::{Change, Cursor, Item, Key, ViewChange};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -65,6 +65,10 @@ pub struct Relay {
     out: mpsc::Sender<Change>,
     /// Whether the XMPP link is up: an instance owns shards only then.
     linked: watch::Receiver<bool>,
+    /// The shards held, for the WebSub hub, which delivers for the same feeds.
+    share: watch::Sender<Share>,
+    /// Also told of every change handed over (the WebSub hub's wake-ups).
+    also: Option<std::sync::Mutex<ChangeSink>>,
 }
 
 /// Why a session ended.
@@ -79,7 +83,28 @@ impl Relay {
     /// A relay for the database at `url` (as `[store] url`), handing changes to `out`.
     pub fn new(url: &str, out: mpsc::Sender<Change>, linked: watch::Receiver<bool>) -> Result<Relay, String> {
         let config = super::parse_url(url)?;
-        Ok(Relay { config, me: format!("pid {}", std::process::id()), out, linked })
+        let share = watch::Sender::new(Share { shards: Default::default(), of: SHARDS });
+        Ok(Relay { config, me: format!("pid {}", std::process::id()), out, linked, share, also: None })
+    }
+
+    /// Also hands every relayed batch to `sink`, after the pusher.
+    pub fn also(mut self, sink: ChangeSink) -> Relay {
+        self.also = Some(std::sync::Mutex::new(sink));
+        self
+    }
+
+    /// The shards this relay holds, as they change.
+    pub fn share(&self) -> watch::Receiver<Share> {
+        self.share.subscribe()
+    }
+
+    fn publish_share(&self, owned: &BTreeMap<i32, i64>) {
+        let shards = owned.keys().copied().collect();
+        self.share.send_if_modified(|s| {
+            let changed = s.shards != shards;
+            s.shards = shards;
+            changed
+        });
     }
 
     /// Runs until the pusher's queue closes: a session while the link is up, again after a
@@ -96,7 +121,9 @@ impl Relay {
                 }
                 continue;
             }
-            match self.session().await {
+            let ended = self.session().await;
+            self.publish_share(&BTreeMap::new());
+            match ended {
                 Ok(End::Stopped) => return,
                 Ok(End::Unlinked) => tracing::info!("push relay: the link is down; shards let go"),
                 Err(e) => {
@@ -139,6 +166,7 @@ impl Relay {
                 return Ok(End::Unlinked);
             }
             self.balance(&client, &mut owned).await?;
+            self.publish_share(&owned);
             if let Some(end) = self.drain(&mut client, &mut owned).await? {
                 return Ok(end);
             }
@@ -200,10 +228,14 @@ impl Relay {
                 return Ok(None);
             }
             let mut done: Vec<(i64, i32)> = Vec::with_capacity(rows.len());
+            let mut relayed = Vec::with_capacity(rows.len());
             for row in &rows {
                 let (seq, shard): (i64, i32) = (row.try_get(0)?, row.try_get(1)?);
                 match change(row) {
                     Ok(c) => {
+                        if self.also.is_some() {
+                            relayed.push(c.clone());
+                        }
                         tokio::select! {
                             sent = self.out.send(c) => if sent.is_err() { return Ok(Some(End::Stopped)) },
                             _ = self.linked.wait_for(|up| !*up) => return Ok(Some(End::Unlinked)),
@@ -214,7 +246,11 @@ impl Relay {
                 }
                 done.push((seq, shard));
             }
+            if let Some(also) = self.also.as_mut() {
+                (also.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner))(relayed);
+            }
             self.settle(client, owned, &done).await?;
+            self.publish_share(owned);
         }
     }
 
