@@ -268,6 +268,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             if let Some(relay) = relay {
                 tokio::spawn(relay.run());
             }
+            // Held HTTP requests wake for commits of other instances too.
+            if config.http.is_some() {
+                let (me, wakeups) = (store.instance(), changes.wakeups.clone());
+                tokio::spawn(crate::store::postgres::notices::listen(url.to_string(), move |n| {
+                    if n.instance == me {
+                        return;
+                    }
+                    match n.feeds {
+                        Some(feeds) => feeds.iter().for_each(|f| wakeups.wake_feed(Some(f))),
+                        None => wakeups.wake_feed(None),
+                    }
+                }));
+            }
             let out = serve(config, store.clone(), metrics, changes).await;
             store.close().await;
             out

@@ -479,3 +479,38 @@ async fn websub_documents_come_once_in_order_from_whichever_instance_holds_the_f
     }
     drop(b);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_held_by_one_instance_wakes_for_a_publish_through_another() {
+    let host = start_selected();
+    let url = fresh_database().await;
+    let (pa, pb) = (free_port(), free_port());
+    let (a, b) = (instance(&host, &url, pa).await, instance(&host, &url, pb).await);
+    let held = |port: u16, q: String| {
+        tokio::spawn(async move {
+            let res = reqwest::get(format!("http://127.0.0.1:{port}/feeds/shared/?{q}")).await.expect("GET");
+            let doc: Value = res.json().await.expect("JSON");
+            let ids: Vec<String> =
+                doc["items"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap().to_string()).collect();
+            (Instant::now(), ids)
+        })
+    };
+    // Each round waits after the item of the one before (the feed starts empty).
+    let mut since = String::new();
+    for (first, second) in [(pa, pb), (pb, pa)] {
+        // Held on the other instance, and on the publishing one.
+        let q = format!("order=modified&timeout=20&max=1{since}");
+        let (other, own) = (held(second, q.clone()), held(first, q));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let id = format!("lp{first}");
+        let published = Instant::now();
+        put(first, &id).await;
+        for h in [other, own] {
+            let (at, ids) = h.await.unwrap();
+            assert_eq!(ids, [id.clone()]);
+            assert!(at.duration_since(published) < Duration::from_secs(2), "woken at once: {:?}", at - published);
+        }
+        since = format!("&since=id%3A{id}");
+    }
+    drop((a, b));
+}

@@ -119,6 +119,21 @@ impl Wakeups {
         }
     }
 
+    /// Wakes every holder of a view of `feed`, or of any feed: for changes committed by
+    /// another instance, which are known by feed only (see `store::postgres::notices`).
+    /// Holders re-read, and those with nothing new wait again.
+    pub fn wake_feed(&self, feed: Option<&str>) {
+        let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let views: Box<dyn Iterator<Item = &HashMap<View, watch::Sender<u64>>>> = match feed {
+            Some(f) => Box::new(feeds.get(f).into_iter()),
+            None => Box::new(feeds.values()),
+        };
+        for tx in views.flat_map(HashMap::values) {
+            tx.send_replace(generation);
+        }
+    }
+
     /// The store-side half: a change sink that hands changes to [`run`](Self::run) without
     /// ever waiting.
     pub fn sink(self: &Arc<Self>) -> (crate::feed::ports::ChangeSink, mpsc::Receiver<Change>) {

@@ -10,6 +10,7 @@
 //! - `hub`: WebSub subscriptions and the outbox.
 //! - [`relay`]: pushes shared by several instances: the push log, shards, fencing.
 //! - `payload`: a payload as columns, the same in every table.
+//! - [`notices`]: every commit announced to the other instances (`LISTEN`/`NOTIFY`).
 //! - [`scratch`]: a private, throwaway server for tests and benchmarks.
 //!
 //! # Bridging synchronous closures
@@ -31,6 +32,7 @@
 mod error;
 mod hub;
 mod mcounts;
+pub mod notices;
 mod payload;
 mod read;
 pub mod relay;
@@ -122,6 +124,8 @@ struct Inner {
     jobs: Mutex<Option<mpsc::Sender<Box<dyn WriteJob>>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     writer_id: ThreadId,
+    /// This process's id in commit notices (never 0).
+    instance: u64,
 }
 
 impl PostgresStore {
@@ -152,7 +156,8 @@ impl PostgresStore {
         drop(client);
         let (tx, rx) = mpsc::channel(QUEUE);
         let rt = Handle::current();
-        let writer = Writer { pool: pool.clone(), rt: rt.clone(), jobs: rx, sink, observer };
+        let instance = rand::random::<u64>() | 1;
+        let writer = Writer { pool: pool.clone(), rt: rt.clone(), jobs: rx, sink, observer, instance };
         let handle = std::thread::Builder::new()
             .name("postgres-writer".into())
             .spawn(move || writer.run())
@@ -164,8 +169,14 @@ impl PostgresStore {
                 jobs: Mutex::new(Some(tx)),
                 writer_id: handle.thread().id(),
                 writer: Mutex::new(Some(handle)),
+                instance,
             }),
         })
+    }
+
+    /// This process's id in the commit notices its writer sends (see [`notices`]).
+    pub fn instance(&self) -> u64 {
+        self.inner.instance
     }
 
     /// Stops taking writes, lets the writer finish (and commit) everything already queued,

@@ -3,7 +3,7 @@
 //!
 //! - **The log is the queue.** A write that emits a change with subscribed views appends it
 //!   to `push_log` in its own transaction (`WriteTx::emit`), so a change is owed exactly
-//!   when it is committed, and the writer sends `NOTIFY smartfeeds_push` with the commit.
+//!   when it is committed, and every commit is announced (`notices`).
 //!   Rows of one feed are numbered in commit order (the feed's row is locked first), so
 //!   reading a shard's rows by number gives each feed's changes in order.
 //! - **Shards.** Feeds are spread over [`SHARDS`] shards (feed id modulo). An instance owns a
@@ -41,8 +41,6 @@ pub const SHARDS: i32 = 16;
 pub const BATCH: usize = 64;
 /// How often shares are rebalanced and the log polled without a notification.
 pub const TICK: Duration = Duration::from_secs(1);
-/// What the writer sends with a commit that logged changes.
-pub(crate) const NOTIFY_AND_COMMIT: &str = "NOTIFY smartfeeds_push; COMMIT";
 
 /// Advisory lock classes (the first key of the two-key form): "sfpr" and "sfsh".
 const PRESENCE_CLASS: i32 = 0x7366_7072;
@@ -155,7 +153,7 @@ impl Relay {
             woken.notify_one();
         });
         let _driver = AbortOnDrop(driver);
-        client.batch_execute("LISTEN smartfeeds_push").await?;
+        client.batch_execute(&format!("LISTEN {}", super::notices::CHANNEL)).await?;
         take_presence(&client).await?;
         let mut owned: BTreeMap<i32, i64> = BTreeMap::new();
         loop {

@@ -129,6 +129,8 @@ pub(crate) struct Writer {
     pub(crate) jobs: Receiver<Box<dyn WriteJob>>,
     pub(crate) sink: Option<ChangeSink>,
     pub(crate) observer: Option<CommitObserver>,
+    /// This process's id in commit notices.
+    pub(crate) instance: u64,
 }
 
 impl Writer {
@@ -180,9 +182,15 @@ impl Writer {
         }
         let outcome = match aborted {
             Some(e) => Err(e),
-            // Instances listening are told once the changes are committed (see `relay`).
-            None if changes.iter().any(|c: &crate::feed::Change| !c.views.is_empty()) => {
-                rt.block_on(conn.batch_execute(super::relay::NOTIFY_AND_COMMIT)).map_err(StoreError::from)
+            // Every instance is told of the feeds changed, once they are committed.
+            None if !changes.is_empty() => {
+                let payload = super::notices::payload(self.instance, changes.iter().map(|c| c.feed.as_str()));
+                let notify =
+                    rt.block_on(conn.execute("SELECT pg_notify($1, $2)", &[&super::notices::CHANNEL, &payload]));
+                match notify {
+                    Ok(_) => rt.block_on(conn.batch_execute("COMMIT")).map_err(StoreError::from),
+                    Err(e) => Err(e.into()),
+                }
             }
             None => rt.block_on(conn.batch_execute("COMMIT")).map_err(StoreError::from),
         };
