@@ -507,7 +507,7 @@ async fn a_long_poll_held_by_one_instance_wakes_for_a_publish_through_another() 
         put(first, &id).await;
         for h in [other, own] {
             let (at, ids) = h.await.unwrap();
-            assert_eq!(ids, [id.clone()]);
+            assert_eq!(ids, std::slice::from_ref(&id));
             assert!(at.duration_since(published) < Duration::from_secs(2), "woken at once: {:?}", at - published);
         }
         since = format!("&since=id%3A{id}");
