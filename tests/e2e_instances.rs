@@ -64,6 +64,16 @@ async fn fresh_database() -> String {
     TempServer::shared().create_database().await.unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The XMPP server, and two instances on a fresh database with their HTTP ports.
+async fn two_instances() -> (TestServer, (Smartfeeds, u16), (Smartfeeds, u16)) {
+    let host = start_selected();
+    let url = fresh_database().await;
+    let (pa, pb) = (free_port(), free_port());
+    let a = instance(&host, &url, pa).await;
+    let b = instance(&host, &url, pb).await;
+    (host, (a, pa), (b, pb))
+}
+
 /// PUTs an entry through the instance on `port`.
 async fn put(port: u16, id: &str) {
     let res = reqwest::Client::new()
@@ -88,10 +98,7 @@ async fn page_after(port: u16, since: Option<&str>) -> (Vec<String>, Option<Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_through_both_instances_are_read_once_in_order_through_either() {
-    let host = start_selected();
-    let url = fresh_database().await;
-    let (pa, pb) = (free_port(), free_port());
-    let (a, b) = (instance(&host, &url, pa).await, instance(&host, &url, pb).await);
+    let (_host, (a, pa), (b, pb)) = two_instances().await;
 
     // Two publishers, one per instance; each write acknowledged by one is read through the
     // other at once.
@@ -348,6 +355,22 @@ async fn collect(conn: &mut common::Client, nodes: &[&str], want: &HashSet<Strin
     got
 }
 
+/// Asserts that each publisher's items (`PREFIX-N`), at their first arrival, come in the
+/// order it wrote them: its commit order.
+fn in_order_per_publisher(label: &str, ids: &[&str]) {
+    let mut firsts: std::collections::HashMap<&str, Vec<u32>> = Default::default();
+    let mut once = HashSet::new();
+    for id in ids {
+        let (prefix, n) = id.rsplit_once('-').expect("PREFIX-N");
+        if once.insert(*id) {
+            firsts.entry(prefix).or_default().push(n.parse().expect("N"));
+        }
+    }
+    for (prefix, ns) in &firsts {
+        assert!(ns.windows(2).all(|w| w[0] < w[1]), "{label}: {prefix} in commit order: {ns:?}");
+    }
+}
+
 /// Checks one subscription's pushes as its subscriber would: each acknowledged item once,
 /// each publisher's items in the order it wrote them, and each push's `PreviousCursor` the
 /// `LastCursor` of the one before. The only exception allowed is what a crash costs (the
@@ -360,18 +383,7 @@ fn check(label: &str, got: &Received, acked: &HashSet<String>) {
     let missing: Vec<&String> = acked.iter().filter(|i| !seen.contains(i.as_str())).collect();
     let batch = smartfeeds::store::postgres::relay::BATCH;
     assert!(duplicates <= batch && missing.len() <= batch, "{label}: {duplicates} twice, missing {missing:?}");
-    // Each publisher's items, first arrivals, in the order it wrote them.
-    let mut firsts: std::collections::HashMap<&str, Vec<u32>> = Default::default();
-    let mut once = HashSet::new();
-    for i in &ids {
-        let (prefix, n) = i.rsplit_once('-').expect("PREFIX-N");
-        if once.insert(*i) {
-            firsts.entry(prefix).or_default().push(n.parse().expect("N"));
-        }
-    }
-    for (prefix, ns) in &firsts {
-        assert!(ns.windows(2).all(|w| w[0] < w[1]), "{label}: {prefix} in commit order: {ns:?}");
-    }
+    in_order_per_publisher(label, &ids);
     let breaks: Vec<&str> =
         got.windows(2).filter(|w| w[1].1.as_deref() != Some(w[0].2.as_str())).map(|w| w[1].0.as_str()).collect();
     if !breaks.is_empty() || duplicates > 0 || !missing.is_empty() {
@@ -387,11 +399,7 @@ fn check(label: &str, got: &Received, acked: &HashSet<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_get_each_change_once_in_order_while_an_instance_is_killed_and_restarted() {
-    let host = start_selected();
-    let url = fresh_database().await;
-    let (pa, pb) = (free_port(), free_port());
-    let mut a = instance(&host, &url, pa).await;
-    let b = instance(&host, &url, pb).await;
+    let (host, (mut a, pa), (b, pb)) = two_instances().await;
     // Two subscribers, each on two views.
     let alice_nodes = ["shared?order=created", "shared?order=modified"];
     let bob_nodes = ["shared?order=modified", "shared?order=created"];
@@ -431,11 +439,7 @@ async fn subscribers_get_each_change_once_in_order_while_an_instance_is_killed_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websub_documents_come_once_in_order_from_whichever_instance_holds_the_feed() {
     use common::websub::{Callback, entry_ids, subscribed};
-    let host = start_selected();
-    let url = fresh_database().await;
-    let (pa, pb) = (free_port(), free_port());
-    let mut a = instance(&host, &url, pa).await;
-    let b = instance(&host, &url, pb).await;
+    let (_host, (mut a, pa), (b, pb)) = two_instances().await;
     // Subscribed through one instance; documents of changes committed through either.
     let cb = Callback::start().await;
     let topic = format!("http://127.0.0.1:{pa}/feeds/shared/");
@@ -466,26 +470,13 @@ async fn websub_documents_come_once_in_order_from_whichever_instance_holds_the_f
     assert_eq!(unique, acked.iter().collect(), "every acknowledged change delivered");
     // At least once: a crash may repeat the documents in flight, never reorder them.
     assert!(ids.len() - unique.len() <= smartfeeds::store::postgres::relay::BATCH, "{ids:?}");
-    let mut firsts: std::collections::HashMap<&str, Vec<u32>> = Default::default();
-    let mut once = HashSet::new();
-    for id in &ids {
-        let (prefix, n) = id.rsplit_once('-').expect("PREFIX-N");
-        if once.insert(id) {
-            firsts.entry(prefix).or_default().push(n.parse().unwrap());
-        }
-    }
-    for (prefix, ns) in firsts {
-        assert!(ns.windows(2).all(|w| w[0] < w[1]), "{prefix} in commit order: {ns:?}");
-    }
+    in_order_per_publisher("the callback", &ids.iter().map(String::as_str).collect::<Vec<_>>());
     drop(b);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_poll_held_by_one_instance_wakes_for_a_publish_through_another() {
-    let host = start_selected();
-    let url = fresh_database().await;
-    let (pa, pb) = (free_port(), free_port());
-    let (a, b) = (instance(&host, &url, pa).await, instance(&host, &url, pb).await);
+    let (_host, (a, pa), (b, pb)) = two_instances().await;
     let held = |port: u16, q: String| {
         tokio::spawn(async move {
             let res = reqwest::get(format!("http://127.0.0.1:{port}/feeds/shared/?{q}")).await.expect("GET");

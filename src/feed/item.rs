@@ -54,6 +54,13 @@ pub struct Item {
 }
 
 impl Item {
+    /// An item as a push or a WebSub delivery carries it: its id, its modification time and
+    /// its payload (the rest is only what views and filters need, and has been used).
+    pub fn bare(id: String, modified: i64, payload: Payload) -> Item {
+        let key = Key { t: modified, seq: 0 };
+        Item { id, created: key, modified: key, author: None, categories: Vec::new(), atom_id: None, payload }
+    }
+
     pub fn key(&self, by: OrderBy) -> Key {
         match by {
             OrderBy::Created => self.created,

@@ -13,7 +13,7 @@
 //! it grow; a subscriber that fell behind further sees the gap through `fo:prev_cursor`.
 
 use super::cursor::Cursor;
-use super::item::{Item, Key, Payload};
+use super::item::{Item, Payload};
 
 /// A stored WebSub subscription.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,16 +62,7 @@ impl OutboxEntry {
     /// The item as a document shows it: id, modification time and payload are all an
     /// outbox row keeps, and all an Atom entry of a delivery needs.
     pub fn item(&self) -> Item {
-        let key = Key { t: self.modified, seq: 0 };
-        Item {
-            id: self.item_id.clone(),
-            created: key,
-            modified: key,
-            author: None,
-            categories: Vec::new(),
-            atom_id: None,
-            payload: self.payload.clone(),
-        }
+        Item::bare(self.item_id.clone(), self.modified, self.payload.clone())
     }
 }
 

@@ -135,16 +135,7 @@ mod tests {
     use xmpp_parsers::rsm::First;
 
     fn item(id: &str, payload: Payload) -> Item {
-        let key = crate::feed::Key { t: 1, seq: 1 };
-        Item {
-            id: id.into(),
-            created: key,
-            modified: key,
-            author: None,
-            categories: Vec::new(),
-            atom_id: None,
-            payload,
-        }
+        Item::bare(id.into(), 1, payload)
     }
 
     #[test]

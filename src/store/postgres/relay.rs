@@ -27,7 +27,7 @@
 //! whose server went away), so its shards go to instances that can deliver.
 
 use crate::feed::ports::{ChangeSink, Share, StoreError, StoreResult};
-use crate::feed::{Change, Cursor, Item, Key, ViewChange};
+use crate::feed::{Change, Cursor, Item, ViewChange};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -316,18 +316,9 @@ fn change(row: &Row) -> StoreResult<Change> {
             last: cursor(&last)?,
         });
     }
-    let key = Key { t: row.try_get(5)?, seq: 0 };
     Ok(Change {
         feed: row.try_get(2)?,
-        item: Item {
-            id: row.try_get(3)?,
-            created: key,
-            modified: key,
-            author: None,
-            categories: Vec::new(),
-            atom_id: None,
-            payload,
-        },
+        item: Item::bare(row.try_get(3)?, row.try_get(5)?, payload),
         created: row.try_get(4)?,
         views: out,
     })
