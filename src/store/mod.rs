@@ -2,8 +2,9 @@
 //! decides. [`sqlite`] is the durable one on one machine; [`postgres`] keeps feeds in
 //! PostgreSQL, for several processes serving one database; [`memory`] is a small model kept in maps, the
 //! reference the conformance suite holds every store to and the store of the core's own
-//! tests.
+//! tests. `sql` holds the reads both SQL stores make the same way.
 
 pub mod memory;
 pub mod postgres;
+mod sql;
 pub mod sqlite;

@@ -11,6 +11,10 @@ use super::mcounts;
 use crate::feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
 use crate::feed::ports::{FeedRow, ReadTx, Scope, StoreError, StoreResult, Subscription};
 use crate::feed::{Change, Item, Key, OrderBy};
+use crate::store::sql::{
+    Arg, Dialect, ITEM_COLUMNS, Query, by_cseq_query, count_query, first_seq_query, limit_arg, nth_query, scan_query,
+    ties_query,
+};
 use deadpool_postgres::Object;
 use std::cell::RefCell;
 use tokio::runtime::Handle;
@@ -90,33 +94,32 @@ impl<'c> PgTx<'c> {
     }
 }
 
-/// A statement being built: SQL text and its parameters, kept in step (`$1`, `$2`, …).
-pub(crate) struct Query {
-    pub(crate) sql: String,
-    pub(crate) args: Vec<Box<dyn ToSql + Sync + Send>>,
+/// This store's parameters.
+const D: Dialect = Dialect::Postgres;
+
+impl ToSql for Arg {
+    fn to_sql(
+        &self,
+        ty: &tokio_postgres::types::Type,
+        out: &mut tokio_postgres::types::private::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Arg::Int(v) => v.to_sql(ty, out),
+            Arg::Text(v) => v.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        <i64 as ToSql>::accepts(ty) || <String as ToSql>::accepts(ty)
+    }
+
+    tokio_postgres::types::to_sql_checked!();
 }
 
-impl Query {
-    pub(crate) fn new(head: &str) -> Query {
-        Query { sql: head.to_string(), args: Vec::new() }
-    }
-    fn push(&mut self, sql: &str) -> &mut Self {
-        self.sql.push_str(sql);
-        self
-    }
-    fn arg(&mut self, v: impl ToSql + Sync + Send + 'static) -> &mut Self {
-        self.args.push(Box::new(v));
-        self.sql.push_str(&format!("${}", self.args.len()));
-        self
-    }
-    pub(crate) fn params(&self) -> Vec<Param<'_>> {
-        self.args.iter().map(|a| a.as_ref() as Param<'_>).collect()
-    }
+/// A shared query's parameters as this driver takes them.
+fn params(q: &Query) -> Vec<Param<'_>> {
+    q.args.iter().map(|a| a as Param<'_>).collect()
 }
-
-/// The `items` columns [`item_from_row`] expects, in order, for a table aliased `i`.
-pub(crate) const ITEM_COLUMNS: &str =
-    "i.id, i.cseq, i.ctime, i.mseq, i.mtime, i.author, i.atom_id, i.categories, i.deleted, i.when_ms, i.payload";
 
 impl PgTx<'_> {
     /// Reads an item from a row selected with [`ITEM_COLUMNS`].
@@ -148,7 +151,8 @@ impl PgTx<'_> {
 
     /// The seq of the first item of the (unfiltered) order at or after `key`.
     fn first_seq_from(&self, feed: i64, by: OrderBy, key: Key) -> StoreResult<Option<i64>> {
-        let row = self.query_opt(first_seq_sql(by), &[&feed, &key.t, &key.seq])?;
+        let q = first_seq_query(D, by, feed, key);
+        let row = self.query_opt(&q.sql, &params(&q))?;
         row.map(|r| self.get(&r, 0)).transpose()
     }
 
@@ -179,118 +183,6 @@ impl PgTx<'_> {
             })
             .collect()
     }
-}
-
-/// The ordering columns of a scope: what `Key::t` and `Key::seq` are in its SQL.
-struct KeyCols {
-    t: &'static str,
-    s: &'static str,
-}
-
-/// The scope's key columns: the category index carries its own copy of both keys.
-fn key_cols(scope: &Scope<'_>) -> KeyCols {
-    match (scope.filter.category.is_some(), scope.by) {
-        (true, OrderBy::Created) => KeyCols { t: "c.ctime", s: "c.cseq" },
-        (true, OrderBy::Modified) => KeyCols { t: "c.mtime", s: "c.mseq" },
-        (false, OrderBy::Created) => KeyCols { t: "i.ctime", s: "i.cseq" },
-        (false, OrderBy::Modified) => KeyCols { t: "i.mtime", s: "i.mseq" },
-    }
-}
-
-/// Appends the scope's `FROM … WHERE …` (feed and filter) and returns its key columns: one
-/// index of `items`, or the category index joined to `items` by `(feed, cseq)`. Either way
-/// the `ORDER BY` matches the index, so pages come without a sort and stop at `LIMIT`.
-fn scope_from(q: &mut Query, scope: &Scope<'_>) -> KeyCols {
-    match &scope.filter.category {
-        Some(term) => {
-            q.push(" FROM item_categories c JOIN items i ON i.feed = c.feed AND i.cseq = c.cseq WHERE c.feed = ")
-                .arg(scope.feed)
-                .push(" AND c.term = ")
-                .arg(term.clone());
-        }
-        None => {
-            q.push(" FROM items i WHERE i.feed = ").arg(scope.feed);
-        }
-    }
-    if let Some(author) = &scope.filter.author {
-        q.push(" AND i.author = ").arg(author.clone());
-    }
-    key_cols(scope)
-}
-
-/// The keyset query of [`ReadTx::scan`]: bounds as row comparisons on the index's own
-/// columns, never an OFFSET.
-pub(crate) fn scan_query(
-    scope: &Scope<'_>,
-    after: Option<Key>,
-    before: Option<Key>,
-    descending: bool,
-    limit: usize,
-) -> Query {
-    let mut q = Query::new(&format!("SELECT {ITEM_COLUMNS}"));
-    let cols = scope_from(&mut q, scope);
-    if let Some(a) = after {
-        key_bound(&mut q, &cols, ">", a);
-    }
-    if let Some(b) = before {
-        key_bound(&mut q, &cols, "<", b);
-    }
-    let dir = if descending { " DESC" } else { "" };
-    q.push(&format!(" ORDER BY {}{dir}, {}{dir} LIMIT ", cols.t, cols.s)).arg(limit_arg(limit));
-    q
-}
-
-/// Counts the items of a (filtered) scope, all of them or those below `below`.
-pub(crate) fn count_query(scope: &Scope<'_>, below: Option<Key>) -> Query {
-    let mut q = Query::new("SELECT COUNT(*)");
-    let cols = scope_from(&mut q, scope);
-    if let Some(k) = below {
-        key_bound(&mut q, &cols, "<", k);
-    }
-    q
-}
-
-/// The key at an ascending position of a filtered scope. Filtered views have no counts of
-/// their own; the OFFSET walks the filter's index entries only.
-pub(crate) fn nth_query(scope: &Scope<'_>, offset: i64) -> Query {
-    let cols = key_cols(scope);
-    let mut q = Query::new(&format!("SELECT {}, {}", cols.t, cols.s));
-    scope_from(&mut q, scope);
-    q.push(&format!(" ORDER BY {}, {} LIMIT 1 OFFSET ", cols.t, cols.s)).arg(offset);
-    q
-}
-
-/// The ids at time `t` up to `upto_seq`, in tie order.
-pub(crate) fn ties_query(scope: &Scope<'_>, t: i64, upto_seq: i64, limit: usize) -> Query {
-    let mut q = Query::new("SELECT i.id");
-    let cols = scope_from(&mut q, scope);
-    q.push(&format!(" AND {} = ", cols.t)).arg(t);
-    q.push(&format!(" AND {} <= ", cols.s)).arg(upto_seq);
-    q.push(&format!(" ORDER BY {}, {} LIMIT ", cols.t, cols.s)).arg(limit_arg(limit));
-    q
-}
-
-/// The seq of the first item of an unfiltered order at or after a key.
-pub(crate) fn first_seq_sql(by: OrderBy) -> &'static str {
-    match by {
-        OrderBy::Created => {
-            "SELECT cseq FROM items WHERE feed = $1 AND (ctime, cseq) >= ($2, $3) ORDER BY ctime, cseq LIMIT 1"
-        }
-        OrderBy::Modified => {
-            "SELECT mseq FROM items WHERE feed = $1 AND (mtime, mseq) >= ($2, $3) ORDER BY mtime, mseq LIMIT 1"
-        }
-    }
-}
-
-/// The key of the item with a given created seq (`nth` in unfiltered created order).
-pub(crate) const BY_CSEQ_SQL: &str = "SELECT ctime, cseq FROM items WHERE feed = $1 AND cseq = $2";
-
-fn key_bound(q: &mut Query, cols: &KeyCols, op: &str, key: Key) {
-    q.push(&format!(" AND ({}, {}) {op} (", cols.t, cols.s)).arg(key.t).push(", ").arg(key.seq).push(")");
-}
-
-fn limit_arg(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 pub(crate) const FEED_SQL: &str = "SELECT id, name, items, last_t, last_mseq FROM feeds WHERE name = $1";
@@ -334,8 +226,8 @@ impl ReadTx for PgTx<'_> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let q = scan_query(&scope, after, before, descending, limit);
-        let rows = self.query(&q.sql, &q.params())?;
+        let q = scan_query(D, &scope, after, before, descending, limit);
+        let rows = self.query(&q.sql, &params(&q))?;
         self.items(rows)
     }
 
@@ -343,8 +235,8 @@ impl ReadTx for PgTx<'_> {
         if scope.filter.is_empty() {
             return self.n_items(scope.feed);
         }
-        let q = count_query(&scope, None);
-        self.count_rows(&q.sql, &q.params())
+        let q = count_query(D, &scope, None);
+        self.count_rows(&q.sql, &params(&q))
     }
 
     fn rank(&self, scope: Scope<'_>, key: Key) -> StoreResult<u64> {
@@ -359,8 +251,8 @@ impl ReadTx for PgTx<'_> {
                 OrderBy::Modified => mcounts::count_below(self, scope.feed, seq),
             };
         }
-        let q = count_query(&scope, Some(key));
-        self.count_rows(&q.sql, &q.params())
+        let q = count_query(D, &scope, Some(key));
+        self.count_rows(&q.sql, &params(&q))
     }
 
     fn nth(&self, scope: Scope<'_>, index: u64) -> StoreResult<Option<Key>> {
@@ -370,12 +262,15 @@ impl ReadTx for PgTx<'_> {
                 return Ok(None);
             }
             match scope.by {
-                OrderBy::Created => self.query_opt(BY_CSEQ_SQL, &[&scope.feed, &(offset + 1)])?,
+                OrderBy::Created => {
+                    let q = by_cseq_query(D, scope.feed, offset + 1);
+                    self.query_opt(&q.sql, &params(&q))?
+                }
                 OrderBy::Modified => return mcounts::nth(self, scope.feed, index),
             }
         } else {
-            let q = nth_query(&scope, offset);
-            self.query_opt(&q.sql, &q.params())?
+            let q = nth_query(D, &scope, offset);
+            self.query_opt(&q.sql, &params(&q))?
         };
         row.map(|r| Ok(Key { t: self.get(&r, 0)?, seq: self.get(&r, 1)? })).transpose()
     }
@@ -384,8 +279,8 @@ impl ReadTx for PgTx<'_> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let q = ties_query(&scope, t, upto_seq, limit);
-        let rows = self.query(&q.sql, &q.params())?;
+        let q = ties_query(D, &scope, t, upto_seq, limit);
+        let rows = self.query(&q.sql, &params(&q))?;
         rows.iter().map(|r| self.get(r, 0)).collect()
     }
 

@@ -4,11 +4,7 @@ use crate::feed::ports::StoreError;
 use crate::feed::{Item, Key, Payload};
 use rusqlite::Row;
 
-/// The `items` columns [`item_from_row`] expects, in order, for a table aliased `i`.
-pub(crate) const ITEM_COLUMNS: &str =
-    "i.id, i.cseq, i.ctime, i.mseq, i.mtime, i.author, i.atom_id, i.categories, i.deleted, i.when_ms, i.payload";
-
-/// Reads an item from a row selected with [`ITEM_COLUMNS`].
+/// Reads an item from a row selected with [`crate::store::sql::ITEM_COLUMNS`].
 pub(crate) fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
     let categories: String = row.get(7)?;
     let categories = decode_categories(&categories).ok_or_else(|| {

@@ -2,12 +2,15 @@
 //! subscription lookups. The caller owns the transaction (a snapshot for readers, the batch's
 //! write transaction for writers).
 
-use super::codec::{ITEM_COLUMNS, item_from_row};
+use super::codec::item_from_row;
 use super::mcounts;
 use crate::feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
 use crate::feed::ports::{FeedRow, ReadTx, Scope, StoreResult, Subscription};
 use crate::feed::{Change, Item, Key, OrderBy};
-use rusqlite::types::Value;
+use crate::store::sql::{
+    Arg, Dialect, ITEM_COLUMNS, by_cseq_query, count_query, first_seq_query, limit_arg, nth_query, scan_query,
+    ties_query,
+};
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 /// A transaction's view of a connection that is already inside one: reads here, writes in
@@ -24,135 +27,16 @@ impl<'c> SqlTx<'c> {
     }
 }
 
-/// A query being built: SQL text and its positional arguments, kept in step.
-struct Query {
-    sql: String,
-    args: Vec<Value>,
-}
+/// This store's parameters.
+const D: Dialect = Dialect::Sqlite;
 
-impl Query {
-    fn new(head: &str) -> Query {
-        Query { sql: head.to_string(), args: Vec::new() }
-    }
-    fn push(&mut self, sql: &str) -> &mut Self {
-        self.sql.push_str(sql);
-        self
-    }
-    fn arg(&mut self, v: impl Into<Value>) -> &mut Self {
-        self.sql.push('?');
-        self.args.push(v.into());
-        self
-    }
-}
-
-/// The ordering columns of a scope: what `Key::t` and `Key::seq` are in its SQL.
-struct KeyCols {
-    t: &'static str,
-    s: &'static str,
-}
-
-/// The scope's key columns: the category index carries its own copy of both keys.
-fn key_cols(scope: &Scope<'_>) -> KeyCols {
-    match (scope.filter.category.is_some(), scope.by) {
-        (true, OrderBy::Created) => KeyCols { t: "c.ctime", s: "c.cseq" },
-        (true, OrderBy::Modified) => KeyCols { t: "c.mtime", s: "c.mseq" },
-        (false, OrderBy::Created) => KeyCols { t: "i.ctime", s: "i.cseq" },
-        (false, OrderBy::Modified) => KeyCols { t: "i.mtime", s: "i.mseq" },
-    }
-}
-
-/// Appends the scope's `FROM … WHERE …` (feed and filter) and returns its key columns.
-///
-/// Why this shape: an unfiltered or author-filtered scope ranges over one index of `items`
-/// (`items_created`, `items_author_modified`, …); a category scope ranges over the category
-/// index, which carries both keys, and joins `items` by `(feed, cseq)` for the rest (and
-/// for the author, when both filters are set). Either way the `ORDER BY` matches the index,
-/// so pages come without a sort and stop after `LIMIT` rows.
-fn scope_from(q: &mut Query, scope: &Scope<'_>) -> KeyCols {
-    match &scope.filter.category {
-        Some(term) => {
-            q.push(" FROM item_categories c JOIN items i ON i.feed = c.feed AND i.cseq = c.cseq WHERE c.feed = ")
-                .arg(scope.feed)
-                .push(" AND c.term = ")
-                .arg(term.clone());
-        }
-        None => {
-            q.push(" FROM items i WHERE i.feed = ").arg(scope.feed);
+impl rusqlite::ToSql for Arg {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            Arg::Int(v) => v.to_sql(),
+            Arg::Text(v) => v.to_sql(),
         }
     }
-    if let Some(author) = &scope.filter.author {
-        q.push(" AND i.author = ").arg(author.clone());
-    }
-    key_cols(scope)
-}
-
-/// The keyset query of [`ReadTx::scan`]: bounds as row-value comparisons on the index's own
-/// columns, never an OFFSET.
-fn scan_query(scope: &Scope<'_>, after: Option<Key>, before: Option<Key>, descending: bool, limit: usize) -> Query {
-    let mut q = Query::new(&format!("SELECT {ITEM_COLUMNS}"));
-    let cols = scope_from(&mut q, scope);
-    if let Some(a) = after {
-        key_bound(&mut q, &cols, ">", a);
-    }
-    if let Some(b) = before {
-        key_bound(&mut q, &cols, "<", b);
-    }
-    let dir = if descending { " DESC" } else { "" };
-    q.push(&format!(" ORDER BY {}{dir}, {}{dir} LIMIT ", cols.t, cols.s)).arg(limit_arg(limit));
-    q
-}
-
-/// Counts the items of a (filtered) scope, all of them or those below `below`.
-fn count_query(scope: &Scope<'_>, below: Option<Key>) -> Query {
-    let mut q = Query::new("SELECT COUNT(*)");
-    let cols = scope_from(&mut q, scope);
-    if let Some(k) = below {
-        key_bound(&mut q, &cols, "<", k);
-    }
-    q
-}
-
-/// The key at an ascending position of a (filtered) scope. Filtered views have no counts of
-/// their own; the OFFSET walks the filter's index entries only, never the rows.
-fn nth_query(scope: &Scope<'_>, offset: i64) -> Query {
-    let cols = key_cols(scope);
-    let mut q = Query::new(&format!("SELECT {}, {}", cols.t, cols.s));
-    scope_from(&mut q, scope);
-    q.push(&format!(" ORDER BY {}, {} LIMIT 1 OFFSET ", cols.t, cols.s)).arg(offset);
-    q
-}
-
-/// The ids at time `t` up to `upto_seq`, in tie order.
-fn ties_query(scope: &Scope<'_>, t: i64, upto_seq: i64, limit: usize) -> Query {
-    let mut q = Query::new("SELECT i.id");
-    let cols = scope_from(&mut q, scope);
-    q.push(&format!(" AND {} = ", cols.t)).arg(t);
-    q.push(&format!(" AND {} <= ", cols.s)).arg(upto_seq);
-    q.push(&format!(" ORDER BY {}, {} LIMIT ", cols.t, cols.s)).arg(limit_arg(limit));
-    q
-}
-
-/// The seq of the first item of an unfiltered order at or after a key.
-fn first_seq_sql(by: OrderBy) -> &'static str {
-    match by {
-        OrderBy::Created => {
-            "SELECT cseq FROM items WHERE feed = ?1 AND (ctime, cseq) >= (?2, ?3) ORDER BY ctime, cseq LIMIT 1"
-        }
-        OrderBy::Modified => {
-            "SELECT mseq FROM items WHERE feed = ?1 AND (mtime, mseq) >= (?2, ?3) ORDER BY mtime, mseq LIMIT 1"
-        }
-    }
-}
-
-/// The key of the item with a given created seq (`nth` in unfiltered created order).
-const BY_CSEQ_SQL: &str = "SELECT ctime, cseq FROM items WHERE feed = ?1 AND cseq = ?2";
-
-fn key_bound(q: &mut Query, cols: &KeyCols, op: &str, key: Key) {
-    q.push(&format!(" AND ({}, {}) {op} (", cols.t, cols.s)).arg(key.t).push(", ").arg(key.seq).push(")");
-}
-
-fn limit_arg(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 const FEED_COLUMNS: &str = "id, name, items, last_t, last_mseq";
@@ -176,9 +60,9 @@ impl SqlTx<'_> {
 
     /// The seq of the first item of the (unfiltered) order at or after `key`.
     fn first_seq_from(&self, feed: i64, by: OrderBy, key: Key) -> StoreResult<Option<i64>> {
-        let sql = first_seq_sql(by);
-        let mut st = self.conn.prepare_cached(sql)?;
-        Ok(st.query_row(params![feed, key.t, key.seq], |r| r.get(0)).optional()?)
+        let q = first_seq_query(D, by, feed, key);
+        let mut st = self.conn.prepare_cached(&q.sql)?;
+        Ok(st.query_row(params_from_iter(q.args), |r| r.get(0)).optional()?)
     }
 }
 
@@ -216,7 +100,7 @@ impl ReadTx for SqlTx<'_> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let q = scan_query(&scope, after, before, descending, limit);
+        let q = scan_query(D, &scope, after, before, descending, limit);
         let mut st = self.conn.prepare_cached(&q.sql)?;
         let rows = st.query_map(params_from_iter(q.args), item_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -226,7 +110,7 @@ impl ReadTx for SqlTx<'_> {
         if scope.filter.is_empty() {
             return self.n_items(scope.feed);
         }
-        let q = count_query(&scope, None);
+        let q = count_query(D, &scope, None);
         let mut st = self.conn.prepare_cached(&q.sql)?;
         let n: i64 = st.query_row(params_from_iter(q.args), |r| r.get(0))?;
         Ok(n.max(0) as u64)
@@ -244,7 +128,7 @@ impl ReadTx for SqlTx<'_> {
                 OrderBy::Modified => mcounts::count_below(self.conn, scope.feed, seq),
             };
         }
-        let q = count_query(&scope, Some(key));
+        let q = count_query(D, &scope, Some(key));
         let mut st = self.conn.prepare_cached(&q.sql)?;
         let n: i64 = st.query_row(params_from_iter(q.args), |r| r.get(0))?;
         Ok(n.max(0) as u64)
@@ -258,13 +142,14 @@ impl ReadTx for SqlTx<'_> {
             }
             match scope.by {
                 OrderBy::Created => {
-                    let mut st = self.conn.prepare_cached(BY_CSEQ_SQL)?;
-                    st.query_row(params![scope.feed, offset + 1], |r| Ok((r.get(0)?, r.get(1)?))).optional()?
+                    let q = by_cseq_query(D, scope.feed, offset + 1);
+                    let mut st = self.conn.prepare_cached(&q.sql)?;
+                    st.query_row(params_from_iter(q.args), |r| Ok((r.get(0)?, r.get(1)?))).optional()?
                 }
                 OrderBy::Modified => mcounts::nth(self.conn, scope.feed, index)?,
             }
         } else {
-            let q = nth_query(&scope, offset);
+            let q = nth_query(D, &scope, offset);
             let mut st = self.conn.prepare_cached(&q.sql)?;
             st.query_row(params_from_iter(q.args), |r| Ok((r.get(0)?, r.get(1)?))).optional()?
         };
@@ -275,7 +160,7 @@ impl ReadTx for SqlTx<'_> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let q = ties_query(&scope, t, upto_seq, limit);
+        let q = ties_query(D, &scope, t, upto_seq, limit);
         let mut st = self.conn.prepare_cached(&q.sql)?;
         let rows = st.query_map(params_from_iter(q.args), |r| r.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -337,7 +222,7 @@ mod tests {
     use super::*;
     use crate::feed::Filter;
 
-    fn plan(conn: &Connection, q: &Query) -> String {
+    fn plan(conn: &Connection, q: &crate::store::sql::Query) -> String {
         let mut st = conn.prepare(&format!("EXPLAIN QUERY PLAN {}", q.sql)).unwrap();
         let rows = st.query_map(params_from_iter(q.args.iter()), |r| r.get::<_, String>(3)).unwrap();
         rows.map(Result::unwrap).collect::<Vec<_>>().join(" | ")
@@ -368,23 +253,19 @@ mod tests {
                 let scope = Scope { feed: 1, by, filter };
                 for (after, before) in [(None, None), (k, None), (None, end), (k, end)] {
                     for desc in [false, true] {
-                        queries.push(scan_query(&scope, after, before, desc, 10));
+                        queries.push(scan_query(D, &scope, after, before, desc, 10));
                     }
                 }
                 if !filter.is_empty() {
-                    queries.push(count_query(&scope, None));
-                    queries.push(count_query(&scope, k));
-                    queries.push(nth_query(&scope, 3));
+                    queries.push(count_query(D, &scope, None));
+                    queries.push(count_query(D, &scope, k));
+                    queries.push(nth_query(D, &scope, 3));
                 }
-                queries.push(ties_query(&scope, 1, 5, 10));
+                queries.push(ties_query(D, &scope, 1, 5, 10));
             }
-            let mut q = Query::new(first_seq_sql(by));
-            q.args = vec![Value::Integer(1), Value::Integer(1), Value::Integer(2)];
-            queries.push(q);
+            queries.push(first_seq_query(D, by, 1, Key { t: 1, seq: 2 }));
         }
-        let mut q = Query::new(BY_CSEQ_SQL);
-        q.args = vec![Value::Integer(1), Value::Integer(1)];
-        queries.push(q);
+        queries.push(by_cseq_query(D, 1, 1));
         for q in &queries {
             let plan = plan(&conn, q);
             assert!(!plan.contains("TEMP B-TREE"), "{}\n  {plan}", q.sql);
