@@ -10,14 +10,13 @@
 
 use super::error::retryable;
 use super::read::PgTx;
-use crate::feed::FeedError;
-use crate::feed::ports::{ChangeSink, CommitObserver, StoreError, WriteTx};
+use crate::feed::ports::{ChangeSink, CommitObserver, StoreError};
+pub(crate) use crate::store::batch::{Pending, WriteJob, internal};
 use deadpool_postgres::{Object, Pool};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::Receiver;
-use tokio::sync::oneshot;
 
 /// The most jobs one transaction takes.
 pub(crate) const MAX_BATCH: usize = 1024;
@@ -26,11 +25,6 @@ pub(crate) const MAX_BATCH: usize = 1024;
 /// get [`StoreError::Busy`]: a restarted server or a dropped connection is met with a fresh
 /// connection. Nothing of any caller has run at that point, so retrying is safe.
 pub(crate) const ATTEMPTS: u32 = 3;
-
-/// The error a caller gets when its closure panicked: the panic itself goes to the log.
-pub(crate) fn internal() -> FeedError {
-    FeedError::Store(StoreError::Backend("internal error".into()))
-}
 
 /// A connection that may be mid-transaction or broken: closed rather than pooled again.
 pub(crate) fn discard(conn: Object) {
@@ -66,61 +60,6 @@ pub(crate) fn begin(pool: &Pool, rt: &Handle, begin: &str) -> Result<Object, Sto
         }
     }
     Err(last)
-}
-
-/// A write closure and its caller, with the types erased.
-pub(crate) trait WriteJob: Send {
-    /// Runs the closure (at most once); whether it succeeded.
-    fn run(&mut self, tx: &mut PgTx<'_>) -> bool;
-    /// Answers the caller once the batch's fate is known.
-    fn answer(self: Box<Self>, batch: Result<(), StoreError>);
-}
-
-/// A typed write closure awaiting its turn, then its answer.
-pub(crate) struct Pending<T, F> {
-    f: Option<F>,
-    result: Option<Result<T, FeedError>>,
-    reply: oneshot::Sender<Result<T, FeedError>>,
-}
-
-impl<T, F> Pending<T, F> {
-    pub(crate) fn new(f: F, reply: oneshot::Sender<Result<T, FeedError>>) -> Pending<T, F> {
-        Pending { f: Some(f), result: None, reply }
-    }
-}
-
-impl<T, F> WriteJob for Pending<T, F>
-where
-    T: Send + 'static,
-    F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
-{
-    fn run(&mut self, tx: &mut PgTx<'_>) -> bool {
-        let Some(f) = self.f.take() else { return false };
-        // AssertUnwindSafe: after a panic the closure's state is dropped unused and its
-        // statements are undone by the savepoint.
-        let result = catch_unwind(AssertUnwindSafe(|| f(tx))).unwrap_or_else(|_| {
-            tracing::error!("a store write closure panicked; its savepoint is rolled back");
-            Err(internal())
-        });
-        // A statement that failed aborted the savepoint, whatever the closure made of it.
-        let result = match (result, tx.failed.take()) {
-            (Ok(_), Some(e)) => Err(e.into()),
-            (r, _) => r,
-        };
-        let ok = result.is_ok();
-        self.result = Some(result);
-        ok
-    }
-
-    fn answer(self: Box<Self>, batch: Result<(), StoreError>) {
-        let out = match (self.result, batch) {
-            (Some(Err(e)), _) => Err(e),
-            (Some(Ok(v)), Ok(())) => Ok(v),
-            (_, Err(e)) => Err(e.into()),
-            (None, Ok(())) => Err(internal()),
-        };
-        let _ = self.reply.send(out);
-    }
 }
 
 pub(crate) struct Writer {
@@ -167,7 +106,14 @@ impl Writer {
         let mut aborted: Option<StoreError> = None;
         for job in jobs.iter_mut() {
             let mut tx = PgTx::new(&conn, rt);
-            let ok = job.run(&mut tx);
+            let mut ok = job.run(&mut tx);
+            // A statement that failed aborted the savepoint, whatever the closure made of it.
+            if let Some(e) = tx.failed.take() {
+                if ok {
+                    job.fail(e.into());
+                }
+                ok = false;
+            }
             let emitted = std::mem::take(&mut tx.changes);
             // The savepoint stays for the next closure: released and set again after a
             // success, rolled back to (and kept) after a failure. One round trip each.

@@ -8,14 +8,13 @@
 //! call, in order, and only then is every caller answered: an answer always means "durable".
 
 use super::read::SqlTx;
-use crate::feed::FeedError;
-use crate::feed::ports::{ChangeSink, CommitObserver, StoreError, WriteTx};
+use crate::feed::ports::{ChangeSink, CommitObserver, StoreError};
+pub(crate) use crate::store::batch::{Pending, WriteJob, internal};
 use rusqlite::Connection;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc::Receiver;
-use tokio::sync::oneshot;
 
 /// The most jobs one transaction takes. Bounds the latency a batch adds to its first caller
 /// and the memory its changes hold; at this size the fsync is long amortised.
@@ -26,63 +25,6 @@ pub(crate) enum Job {
     Write(Box<dyn WriteJob>),
     /// A read on the write connection: only for in-memory stores, which have no other.
     Read(Box<dyn FnOnce(&Connection) + Send>),
-}
-
-/// A write closure and its caller, with the types erased.
-pub(crate) trait WriteJob: Send {
-    /// Runs the closure (at most once); whether it succeeded.
-    fn run(&mut self, tx: &mut SqlTx<'_>) -> bool;
-    /// Answers the caller once the batch's fate is known.
-    fn answer(self: Box<Self>, batch: Result<(), StoreError>);
-}
-
-/// The error a caller gets when its closure panicked: the panic itself goes to the log.
-pub(crate) fn internal() -> FeedError {
-    FeedError::Store(StoreError::Backend("internal error".into()))
-}
-
-/// A typed write closure awaiting its turn, then its answer.
-pub(crate) struct Pending<T, F> {
-    f: Option<F>,
-    result: Option<Result<T, FeedError>>,
-    reply: oneshot::Sender<Result<T, FeedError>>,
-}
-
-impl<T, F> Pending<T, F> {
-    pub(crate) fn new(f: F, reply: oneshot::Sender<Result<T, FeedError>>) -> Pending<T, F> {
-        Pending { f: Some(f), result: None, reply }
-    }
-}
-
-impl<T, F> WriteJob for Pending<T, F>
-where
-    T: Send + 'static,
-    F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
-{
-    fn run(&mut self, tx: &mut SqlTx<'_>) -> bool {
-        let Some(f) = self.f.take() else { return false };
-        // AssertUnwindSafe: after a panic the closure's state is dropped unused and its
-        // statements are undone by the savepoint; nothing it touched is observed again.
-        let result = catch_unwind(AssertUnwindSafe(|| f(tx))).unwrap_or_else(|_| {
-            tracing::error!("a store write closure panicked; its savepoint is rolled back");
-            Err(internal())
-        });
-        let ok = result.is_ok();
-        self.result = Some(result);
-        ok
-    }
-
-    fn answer(self: Box<Self>, batch: Result<(), StoreError>) {
-        let out = match (self.result, batch) {
-            // A closure's own error wins: it was rolled back whatever the batch did.
-            (Some(Err(e)), _) => Err(e),
-            (Some(Ok(v)), Ok(())) => Ok(v),
-            (_, Err(e)) => Err(e.into()),
-            (None, Ok(())) => Err(internal()),
-        };
-        // The caller may have stopped waiting; the write stands either way.
-        let _ = self.reply.send(out);
-    }
 }
 
 /// The writer's counters, shared with [`super::SqliteStore::stats`].
