@@ -181,11 +181,16 @@ impl Relay {
     async fn balance(&self, client: &Client, owned: &mut BTreeMap<i32, i64>) -> StoreResult<()> {
         let live: i64 = client.query_one(COUNT_LIVE, &[]).await?.get(0);
         let target = (SHARDS as usize).div_ceil(live.max(1) as usize);
+        let mut released = Vec::new();
         while owned.len() > target {
             let Some((shard, _)) = owned.pop_last() else { break };
             client.execute("SELECT pg_advisory_unlock($1, $2)", &[&SHARD_CLASS, &shard]).await?;
-            tracing::info!(shard, live, "push relay: shard handed over");
+            released.push(shard);
         }
+        if !released.is_empty() {
+            tracing::info!(?released, live, "push relay: shards handed over to other instances");
+        }
+        let mut taken = Vec::new();
         // Start where the instances are unlikely to collide.
         let start = (std::process::id() % SHARDS as u32) as i32;
         for i in 0..SHARDS {
@@ -206,9 +211,12 @@ impl Relay {
                     )
                     .await?
                     .get(0);
-                tracing::info!(shard, epoch, live, "push relay: shard taken");
                 owned.insert(shard, epoch);
+                taken.push(shard);
             }
+        }
+        if !taken.is_empty() {
+            tracing::info!(?taken, held = owned.len(), live, "push relay: shards taken");
         }
         Ok(())
     }
