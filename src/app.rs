@@ -308,6 +308,17 @@ struct Changes {
 async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, changes: Changes) -> anyhow::Result<()> {
     let me = Jid::new(&config.component.jid).context("component.jid")?;
     let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked, share } = changes;
+    if let Some(mut share) = share.clone() {
+        let m = metrics.clone();
+        tokio::spawn(async move {
+            loop {
+                m.push_shards.set(share.borrow_and_update().shards.len() as i64);
+                if share.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
     let svc = Service::new(store, Arc::new(config.policy()), system_clock());
     let mut link_cfg = LinkConfig::new(config.component.server.clone(), me.clone(), config.component.secret.clone());
     let multicast = Arc::new(LinkMulticast::new(config.push.multicast, me.clone(), link_cfg.ping_to.to_string()));

@@ -57,6 +57,8 @@ pub struct Metrics {
     pub store_commit_seconds: Histogram,
     pub store_batch_size: Histogram,
     pub connected: Gauge,
+    /// Push shards this instance holds, where instances share a PostgreSQL database.
+    pub push_shards: Gauge,
     pub connects: Counter,
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_request_seconds: Histogram,
@@ -129,6 +131,12 @@ impl Metrics {
         registry.register("store_batch_size", "writes sharing one commit", store_batch_size.clone());
         let connected = Gauge::default();
         registry.register("connected", "1 while the link to the server is up", connected.clone());
+        let push_shards = Gauge::default();
+        registry.register(
+            "push_shards",
+            "push shards this instance holds (several instances on PostgreSQL: it pushes their feeds)",
+            push_shards.clone(),
+        );
         let connects = Counter::default();
         registry.register("connects", "successful logins to the server", connects.clone());
         let http_requests = Family::<HttpLabels, Counter>::default();
@@ -160,6 +168,7 @@ impl Metrics {
             store_commit_seconds,
             store_batch_size,
             connected,
+            push_shards,
             connects,
         }
     }
