@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::instances::{BOT, fresh_database, http_ready, instance};
 use common::process::free_port;
 use common::pubsub::*;
 use common::push::{next_push, subscribe};
@@ -16,53 +17,6 @@ use serde_json::Value;
 use smartfeeds::store::postgres::scratch::TempServer;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
-
-const BOT: &str = "bot-token-0123456789";
-
-/// An instance on the database `url`, its HTTP face on `http`; returns it once the HTTP face
-/// answers.
-async fn instance(host: &TestServer, url: &str, http: u16) -> Smartfeeds {
-    let (secret, server) = (host.secret().to_string(), host.component_addr());
-    let sf = Smartfeeds::start_config(host, |_| {
-        format!(
-            r#"admins = ["admin@localhost"]
-[component]
-jid = "feeds.localhost"
-secret = "{secret}"
-server = ["127.0.0.1:{dead}", "{server}"]
-[store]
-url = "{url}"
-[http]
-listen = "127.0.0.1:{http}"
-[[http.tokens]]
-jid = "bot@localhost"
-token = "{BOT}"
-[hub]
-allow_private_callbacks = true
-[[feeds]]
-name = "shared"
-publishers = ["bot@localhost"]
-"#,
-            dead = free_port(),
-        )
-    });
-    http_ready(&sf, http).await;
-    sf
-}
-
-/// Waits until the HTTP face of `sf` answers on `port`.
-async fn http_ready(sf: &Smartfeeds, port: u16) {
-    let started = Instant::now();
-    while reqwest::get(format!("http://127.0.0.1:{port}/health")).await.map(|r| r.status()).ok() != Some(StatusCode::OK)
-    {
-        assert!(started.elapsed() < Duration::from_secs(15), "no HTTP face on {port}:\n{}", sf.log_tail(20));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn fresh_database() -> String {
-    TempServer::shared().create_database().await.unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// The XMPP server, and two instances on a fresh database with their HTTP ports.
 async fn two_instances() -> (TestServer, (Smartfeeds, u16), (Smartfeeds, u16)) {

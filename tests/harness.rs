@@ -16,6 +16,10 @@
 //! | headline to a user that does not exist | dropped silently | `service-unavailable` bounced to the component |
 //! | graceful stop: clients / components | `<system-shutdown/>` / TCP closed | `<system-shutdown/>` / TCP closed |
 //! | idle authenticated component | kept | kept (no read timeout after the handshake: no ping needed) |
+//!
+//! Two ejabberd nodes clustered ([`EjabberdCluster`]): a component for `feeds.localhost` on
+//! each node; each node routes the domain's stanzas to the component attached to it, and
+//! either component reaches users on either node.
 
 mod common;
 
@@ -24,8 +28,8 @@ use std::time::Duration;
 use common::server::{BENCH_DOMAIN, COMPONENT_DOMAIN, DEMO_PASSWORD, DEMO_USERS, PUBSUB_DOMAIN};
 use common::xml::NS_STANZAS;
 use common::{
-    Client, Component, Ejabberd, Prosody, Server, TestServer, error_condition, set_attr, stanza_type, to_xml,
-    with_attr, xml,
+    Client, Component, Ejabberd, EjabberdCluster, Prosody, Server, TestServer, error_condition, set_attr, stanza_type,
+    to_xml, with_attr, xml,
 };
 use minidom::Element;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -402,6 +406,45 @@ async fn two_ejabberd_instances_run_side_by_side() {
     assert_ne!(a.node_name(), b.node_name());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_ejabberd_nodes_form_one_cluster_that_routes_between_them() {
+    let cluster = EjabberdCluster::start();
+    let (a, b) = (cluster.a(), cluster.b());
+    let mut want = vec![a.node_name().to_string(), b.node_name().to_string()];
+    want.sort();
+    for node in cluster.nodes() {
+        assert_eq!(cluster.members_seen_by(node).expect("list_cluster"), want);
+    }
+    assert_eq!(a.secret(), b.secret(), "one secret for the domain on every node");
+    // An account made through b logs in on a: one user database.
+    b.create_user("carol", "pw");
+    Client::connect(a.c2s_port(), "carol@localhost", "pw").await.close().await;
+
+    let (mut comp_a, mut comp_b) = (a.component().await, b.component().await);
+    let (mut alice, mut bob) = (a.login("alice").await, b.login("bob").await);
+    // Each node sends the domain's requests to the component attached to it, never across.
+    for _ in 0..5 {
+        disco_round_trip(&mut alice, &mut comp_a).await;
+        disco_round_trip(&mut bob, &mut comp_b).await;
+    }
+    assert!(comp_a.next_stanza(QUIET).await.is_none() && comp_b.next_stanza(QUIET).await.is_none());
+    // Either component reaches users on either node.
+    comp_a.send(headline(bob.jid(), "from a")).await;
+    comp_b.send(headline(alice.jid(), "from b")).await;
+    assert_eq!(bob.next_message(SHORT).await.and_then(|m| body(&m)).as_deref(), Some("from a"));
+    assert_eq!(alice.next_message(SHORT).await.and_then(|m| body(&m)).as_deref(), Some("from b"));
+    // With the component of node a gone, node a sends the domain's requests to node b's.
+    drop(comp_a);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    disco_round_trip(&mut alice, &mut comp_b).await;
+
+    let (vms, epmd) = ([a.pid().expect("a runs"), b.pid().expect("b runs")], cluster.epmd_pid());
+    drop(cluster);
+    for pid in vms.into_iter().chain([epmd]) {
+        assert!(!common::process::is_alive(pid), "pid {pid} outlives the cluster");
+    }
+}
+
 /// Twenty clients, ten pipelined pushes each, interleaved across recipients: each gets its
 /// own, in order.
 async fn many_concurrent_clients_get_their_pushes_in_order<S: Server>() {
@@ -500,4 +543,10 @@ fn config_templates_render_without_leftover_placeholders() {
     assert!(ctl.contains("-setcookie c00kie "), "{ctl}");
     assert!(common::server::ejabberd::render_config(1, 2, 3, "a\"b", "info").is_err());
     assert!(common::server::ejabberd::render_ctl_config("n m", 4, "c", "/tmp/x").is_err());
+    let ctl = common::server::ejabberd_cluster::render_cluster_ctl_config("n_a@localhost", 5, "c00kie", "/tmp/x")
+        .expect("renders");
+    for line in ["ERLANG_NODE=n_a@localhost", "ERL_DIST_PORT=", "export ERL_EPMD_PORT=5"] {
+        assert!(ctl.lines().any(|l| l == line), "{line} missing in\n{ctl}");
+    }
+    assert!(ctl.contains("ERL_OPTIONS=\"-start_epmd false -setcookie c00kie "), "{ctl}");
 }

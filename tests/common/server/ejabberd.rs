@@ -5,7 +5,8 @@
 //! `ejabberd/ejabberdctl.cfg` (the Erlang node). Each instance has its own node name
 //! (`ejabberd_test_PID_N@localhost`), cookie and distribution port: with `ERL_DIST_PORT` set,
 //! ejabberdctl starts no epmd and the node is reachable only on that port, so instances share
-//! nothing. The node runs as `ejabberdctl --config-dir DIR foreground`; run as root,
+//! nothing (the nodes of an [`EjabberdCluster`](super::EjabberdCluster) are the exception:
+//! they find each other through an epmd of their own). The node runs as `ejabberdctl --config-dir DIR foreground`; run as root,
 //! ejabberdctl switches to the `ejabberd` user through `su`, so the directory is handed to
 //! that user first. `su -c` starts the Erlang VM in a session of its own: the VM
 //! (`beam.smp`) is found among the descendants of the ejabberdctl process, handed to the
@@ -34,6 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use minidom::Element;
 
+use super::ejabberd_cluster::render_cluster_ctl_config;
 use super::prosody::no_leftover;
 use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST, installed};
 use crate::common::process::{Process, descendants, send_signal};
@@ -75,6 +77,9 @@ pub struct Ejabberd {
     dist_port: u16,
     /// Whether `mod_multicast` is configured.
     multicast: bool,
+    /// For a cluster node: the port of the cluster's epmd, through which the node is found
+    /// instead of at a fixed distribution port.
+    epmd_port: Option<u16>,
 }
 
 impl Ejabberd {
@@ -83,7 +88,8 @@ impl Ejabberd {
         self.api_port
     }
 
-    /// The Erlang distribution port of the node (what ejabberdctl connects to).
+    /// The Erlang distribution port of the node (what ejabberdctl connects to); 0 for a
+    /// cluster node, whose port the VM picks and registers with the cluster's epmd.
     pub fn dist_port(&self) -> u16 {
         self.dist_port
     }
@@ -131,6 +137,12 @@ impl Ejabberd {
             let stderr = String::from_utf8_lossy(&output.stderr);
             Err(format!("ejabberdctl {} failed ({}): {stdout}{stderr}", args.join(" "), output.status))
         }
+    }
+
+    /// A node of a cluster (see [`EjabberdCluster`](super::EjabberdCluster)): the Erlang node
+    /// `node`, the cookie all its nodes share, found through the epmd on `epmd_port`.
+    pub fn cluster_node(data: &Path, node: String, cookie: String, epmd_port: u16) -> Result<Ejabberd, String> {
+        Ok(Ejabberd { node, cookie, epmd_port: Some(epmd_port), ..Ejabberd::new(data)? })
     }
 
     /// An ejabberd without `mod_multicast`.
@@ -182,6 +194,7 @@ impl Server for Ejabberd {
             api_port: 0,
             dist_port: 0,
             multicast: true,
+            epmd_port: None,
         })
     }
 
@@ -189,13 +202,14 @@ impl Server for Ejabberd {
         Kind::Ejabberd
     }
 
-    /// The REST API and the Erlang distribution.
+    /// The REST API and the Erlang distribution (a cluster node: the REST API only).
     fn extra_ports(&self) -> usize {
-        2
+        if self.epmd_port.is_some() { 1 } else { 2 }
     }
 
     fn write_config(&mut self, setup: &Setup) -> Result<(), String> {
-        (self.api_port, self.dist_port) = (setup.ports[2], setup.ports[3]);
+        self.api_port = setup.ports[2];
+        self.dist_port = if self.epmd_port.is_some() { 0 } else { setup.ports[3] };
         let level = match std::env::var("SMARTFEEDS_EJABBERD_LOG_LEVEL").as_deref() {
             Ok("debug") => "debug",
             _ => "info", // readiness detection needs the info lines
@@ -205,7 +219,10 @@ impl Server for Ejabberd {
         if !self.multicast {
             config = without_module(&config, "mod_multicast")?;
         }
-        let ctl_config = render_ctl_config(&self.node, self.dist_port, &self.cookie, data)?;
+        let ctl_config = match self.epmd_port {
+            None => render_ctl_config(&self.node, self.dist_port, &self.cookie, data)?,
+            Some(epmd) => render_cluster_ctl_config(&self.node, epmd, &self.cookie, data)?,
+        };
         fs::write(self.data.join("ejabberd.yml"), config).map_err(|e| format!("cannot write ejabberd.yml: {e}"))?;
         fs::write(self.data.join("ejabberdctl.cfg"), ctl_config)
             .map_err(|e| format!("cannot write ejabberdctl.cfg: {e}"))?;

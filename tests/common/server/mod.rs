@@ -16,10 +16,13 @@
 //! async fn scenario<S: Server>() { let server = S::start(); … }  // once for each server
 //! ```
 //!
+//! [`EjabberdCluster`] is two ejabberd nodes clustered on this machine, each a [`TestServer`].
+//!
 //! Where the servers behave differently for a component, see the table in
 //! `tests/harness.rs`.
 
 pub mod ejabberd;
+pub mod ejabberd_cluster;
 pub mod prosody;
 pub mod select;
 pub mod test_server;
@@ -31,6 +34,7 @@ use std::time::Duration;
 use minidom::Element;
 
 pub use ejabberd::Ejabberd;
+pub use ejabberd_cluster::EjabberdCluster;
 pub use prosody::Prosody;
 pub use select::{ENV, Kind, start_selected};
 

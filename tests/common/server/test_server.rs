@@ -69,12 +69,18 @@ impl<S: Server> TestServer<S> {
 
     /// Like [`start_with`](Self::start_with), returning the reason instead of panicking.
     pub fn try_start_with(make: impl FnOnce(&Path) -> Result<S, String>) -> Result<Self, String> {
+        Self::try_start_with_secret(make, fresh_secret())
+    }
+
+    /// Like [`try_start_with`](Self::try_start_with) with the component secret `secret`
+    /// (the nodes of one cluster serve one component domain with one secret).
+    pub fn try_start_with_secret(
+        make: impl FnOnce(&Path) -> Result<S, String>,
+        secret: String,
+    ) -> Result<Self, String> {
         let dir = WorkDir::new("smartfeeds-xmpp-")?;
         let data = dir.path().to_path_buf();
         let server = make(&data)?;
-        let n = INSTANCE_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let secret = format!("secret-{}-{n}-{nanos:x}", std::process::id());
         let mut instance = TestServer {
             setup: Setup { data, ports: Vec::new(), secret },
             passwords: Mutex::new(BTreeMap::new()),
@@ -104,6 +110,13 @@ impl<S: Server> TestServer<S> {
         let TestServer { setup, passwords, process, dir, server } = self;
         TestServer { setup, passwords, process, dir, server }
     }
+}
+
+/// A component secret unique to this process and call.
+pub fn fresh_secret() -> String {
+    let n = INSTANCE_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("secret-{}-{n}-{nanos:x}", std::process::id())
 }
 
 impl<S: Server + ?Sized> TestServer<S> {

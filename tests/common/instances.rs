@@ -1,0 +1,95 @@
+//! Several smartfeeds processes on one PostgreSQL database (SPEC §12), for the end-to-end
+//! tests of instances sharing a component domain: a fresh database on the private
+//! PostgreSQL server of the test binary, and instances of one configuration (the feed
+//! `shared`, `bot@localhost` its publisher, over XMPP and through the HTTP token [`BOT`]),
+//! each told which server addresses to try and where its HTTP face listens.
+//!
+//! ```ignore
+//! let url = fresh_database().await;
+//! let a = instance(&host, &url, free_port()).await;          // a dead address, then host's
+//! let b = instance_on(&node_b, &url, &[node_b.component_addr()], http, "").await;
+//! ```
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use smartfeeds::store::postgres::scratch::TempServer;
+
+use super::logs;
+use super::process::free_port;
+use super::server::{Server, TestServer};
+use super::smartfeeds::Smartfeeds;
+
+/// The HTTP bearer token of `bot@localhost`, the feed's publisher.
+pub const BOT: &str = "bot-token-0123456789";
+
+/// A fresh database on the test binary's private PostgreSQL server.
+pub async fn fresh_database() -> String {
+    TempServer::shared().create_database().await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// An instance on the database `url` that tries a dead address first and then `host`'s
+/// component port, its HTTP face on `http`; returns once the HTTP face answers.
+pub async fn instance(host: &TestServer, url: &str, http: u16) -> Smartfeeds {
+    let servers = [format!("127.0.0.1:{}", free_port()), host.component_addr()];
+    instance_on(host, url, &servers, http, "").await
+}
+
+/// An instance on the database `url` with `host`'s secret, trying the component ports
+/// `servers` in turn, its HTTP face on `http`, `tables` (e.g. `[metrics]`) appended to the
+/// shared configuration; returns once the HTTP face answers. smartfeeds' readiness probe
+/// logs in to `host`: where other instances serve the domain too, the probe may be answered
+/// by one of them (see [`wait_logged`] for the instance's own link).
+pub async fn instance_on<S: Server + ?Sized>(
+    host: &TestServer<S>,
+    url: &str,
+    servers: &[String],
+    http: u16,
+    tables: &str,
+) -> Smartfeeds {
+    let secret = host.secret().to_string();
+    let sf = Smartfeeds::start_config(host, |_| {
+        format!(
+            r#"admins = ["admin@localhost"]
+[component]
+jid = "feeds.localhost"
+secret = "{secret}"
+server = {servers:?}
+[store]
+url = "{url}"
+[http]
+listen = "127.0.0.1:{http}"
+[[http.tokens]]
+jid = "bot@localhost"
+token = "{BOT}"
+[hub]
+allow_private_callbacks = true
+[[feeds]]
+name = "shared"
+publishers = ["bot@localhost"]
+{tables}"#
+        )
+    });
+    http_ready(&sf, http).await;
+    sf
+}
+
+/// Waits until the HTTP face of `sf` answers on `port`.
+pub async fn http_ready(sf: &Smartfeeds, port: u16) {
+    let started = Instant::now();
+    while reqwest::get(format!("http://127.0.0.1:{port}/health")).await.map(|r| r.status()).ok() != Some(StatusCode::OK)
+    {
+        assert!(started.elapsed() < Duration::from_secs(15), "no HTTP face on {port}:\n{}", sf.log_tail(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until `sf`'s log, past byte `offset` (a [`logs::offset`] taken before the start),
+/// has a line with `text`, for at most `limit`.
+pub async fn wait_logged(sf: &Smartfeeds, offset: u64, text: &str, limit: Duration) {
+    let started = Instant::now();
+    while !logs::read_from(&sf.log_path(), offset).contains(text) {
+        assert!(started.elapsed() < limit, "no {text:?} in the log within {limit:?}:\n{}", sf.log_tail(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,429 @@
+//! End to end on a two-node ejabberd cluster ([`EjabberdCluster`]), whatever
+//! `SMARTFEEDS_TEST_SERVER` says: a private PostgreSQL database and two smartfeeds instances
+//! with one configuration, A attached to node a's component port and B to node b's. alice is
+//! logged in on node a and bob on node b, each subscribed to three views of the feed
+//! `shared`: `shared?order=created`, `shared?order=modified`, and the feed's default view,
+//! which alice spells `shared` and bob `shared?order=-created`. (One JID holds one
+//! subscription per view: a second spelling from the same JID replaces the first, so the two
+//! spellings need two subscribers.) Publishers write through both
+//! instances at once, over HTTP (PUTs to each instance) and over XMPP (`bot` logged in on
+//! each node; a node routes the domain's requests to the instance attached to it).
+//!
+//! Each subscription is checked as its subscriber would, against the feed's commit order
+//! (the `created` view pulled at the end: times and tie order are assigned in commit order):
+//! every change once, in commit order, each push's `PreviousCursor` the `LastCursor` of the
+//! push before (the first push has none: the view was empty), and the ids received are
+//! exactly the ids acknowledged to the publishers.
+//!
+//! The second test SIGKILLs the instance that pushes the feed's changes (the one whose
+//! `smartfeeds_pushes_sent_total` grew) while publishers write through the other, then
+//! restarts it. A crash may cost what the killed instance had taken from the push log and
+//! not yet written to the server: one batch, `relay::BATCH` (64) changes (SPEC §12: "duplicating
+//! at most what was in flight"; README: "What a crash can cost is that batch, pushed twice
+//! or not at all"). So per subscription at most 64 changes may be missing and at most 64
+//! repeated, each as one run of consecutive changes in commit order, none of them published
+//! after the restart; every gap and every repeat must show as a `PreviousCursor` that is not
+//! the `LastCursor` before it, and everything else must arrive once, in order, chained.
+//!
+//! Failures are gathered over all subscriptions and reported together.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use common::instances::{BOT, fresh_database, instance_on, wait_logged};
+use common::process::free_port;
+use common::pubsub::{entry, publish_iq, walk};
+use common::push::{parse_push, subscribe, subscriptions};
+use common::smartfeeds::{metric, scrape_metrics};
+use common::{Client, EjabberdCluster, Smartfeeds, TestServer, stanza_type};
+use reqwest::StatusCode;
+use smartfeeds::store::postgres::relay::BATCH;
+
+/// The nodes alice and bob subscribe to: the default view under two spellings, and two more.
+const NODES: [[&str; 3]; 2] = [
+    ["shared", "shared?order=created", "shared?order=modified"],
+    ["shared?order=-created", "shared?order=created", "shared?order=modified"],
+];
+
+/// One subscription's pushes in arrival order: item id, `PreviousCursor`, `LastCursor`.
+type Received = Vec<(String, Option<String>, String)>;
+
+/// The cluster, two instances on one database, and the clients on both nodes.
+struct Setup {
+    /// Declared first: the instances stop before the cluster goes.
+    instances: [Smartfeeds; 2],
+    http: [u16; 2],
+    metrics: [u16; 2],
+    /// alice on node a, bob on node b.
+    subscribers: [Client; 2],
+    /// `bot` on node a and on node b.
+    bots: [Client; 2],
+    cluster: EjabberdCluster,
+}
+
+/// The cluster, the instances (each attached to its own node), both subscribers subscribed.
+async fn setup() -> Setup {
+    let cluster = EjabberdCluster::start();
+    let url = fresh_database().await;
+    let (http, metrics) = ([free_port(), free_port()], [free_port(), free_port()]);
+    let mut started = Vec::new();
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        let other = &cluster.nodes()[1 - i];
+        // Its own node first; the other is where it would go if its node went away.
+        let servers = [node.component_addr(), other.component_addr()];
+        let tables = format!("[metrics]\nlisten = \"127.0.0.1:{}\"\n", metrics[i]);
+        let sf = instance_on(node, &url, &servers, http[i], &tables).await;
+        attached(&sf, node, 0).await;
+        started.push(sf);
+    }
+    let instances: [Smartfeeds; 2] = started.try_into().unwrap_or_else(|_| unreachable!());
+    let mut alice = cluster.a().login("alice").await;
+    let mut bob = cluster.b().login("bob").await;
+    for (conn, nodes, jid) in [(&mut alice, NODES[0], "alice@localhost"), (&mut bob, NODES[1], "bob@localhost")] {
+        for node in nodes {
+            subscribe(conn, node, jid).await;
+        }
+        let mut held: Vec<String> = subscriptions(conn, None).await.into_iter().map(|s| s.node).collect();
+        held.sort();
+        let mut want: Vec<&str> = nodes.to_vec();
+        want.sort();
+        assert_eq!(held, want, "{jid} holds a subscription to each node");
+    }
+    let bots = [cluster.a().login("bot").await, cluster.b().login("bot").await];
+    Setup { instances, http, metrics, subscribers: [alice, bob], bots, cluster }
+}
+
+/// Waits until `sf`'s log past `offset` says it is connected to `node`'s component port
+/// and has found the multicast service (whose answer must reach it, not the other instance).
+async fn attached(sf: &Smartfeeds, node: &TestServer<common::Ejabberd>, offset: u64) {
+    let limit = Duration::from_secs(30);
+    wait_logged(sf, offset, &format!("connected server={}", node.component_addr()), limit).await;
+    wait_logged(sf, offset, "multicast service found", limit).await;
+}
+
+/// Where a publisher writes: the HTTP face on a port, or XMPP through a logged-in bot.
+enum Via<'a> {
+    Http(u16),
+    Xmpp(&'a mut Client),
+}
+
+/// Publishes `PREFIX-N` for each N of `range` in turn; returns the ids acknowledged.
+async fn publish(via: Via<'_>, prefix: &str, range: Range<u32>) -> Vec<String> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    let mut acked = Vec::new();
+    let mut via = via;
+    for i in range {
+        let id = format!("{prefix}-{i}");
+        let body = entry(&format!("urn:{id}"), &id, None, &[]);
+        let outcome = match &mut via {
+            Via::Http(port) => {
+                let res = http
+                    .put(format!("http://127.0.0.1:{port}/feeds/shared/items/{id}"))
+                    .bearer_auth(BOT)
+                    .header("content-type", "application/atom+xml")
+                    .body(body)
+                    .send()
+                    .await;
+                match res {
+                    Ok(r) if r.status() == StatusCode::OK => Ok(()),
+                    Ok(r) => Err(format!("{} {}", r.status(), r.text().await.unwrap_or_default())),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Via::Xmpp(bot) => match bot.try_iq(publish_iq("shared", Some(&id), &body), Duration::from_secs(10)).await {
+                Ok(reply) if stanza_type(&reply) == "result" => Ok(()),
+                Ok(reply) => Err(common::to_xml(&reply)),
+                Err(e) => Err(e),
+            },
+        };
+        match outcome {
+            Ok(()) => acked.push(id),
+            Err(e) => eprintln!("publish {id}: {e}"),
+        }
+    }
+    acked
+}
+
+/// Runs the publishers at once, each `(via, prefix)` over `range`; every id acknowledged.
+async fn publish_all(publishers: Vec<(Via<'_>, &str)>, range: Range<u32>) -> Vec<String> {
+    let runs = publishers.into_iter().map(|(via, prefix)| publish(via, prefix, range.clone()));
+    futures::future::join_all(runs).await.concat()
+}
+
+/// Every push `conn` gets, by node, until each subscription has every id of `want` (then a
+/// second more, for late repeats) or `quiet` passes without a push.
+async fn collect(conn: &mut Client, nodes: [&str; 3], want: &HashSet<String>, quiet: Duration) -> Vec<Received> {
+    let mut got: Vec<Received> = vec![Vec::new(); nodes.len()];
+    loop {
+        let complete = got.iter().all(|r| want.iter().all(|id| r.iter().any(|(i, _, _)| i == id)));
+        let wait = if complete { Duration::from_secs(1) } else { quiet };
+        let Some(m) = conn.next_message(wait).await else { return got };
+        let p = parse_push(&m);
+        let at = nodes.iter().position(|n| *n == p.node).unwrap_or_else(|| panic!("a push for {}", p.node));
+        got[at].push((p.item_id().to_string(), p.previous.clone(), p.last_cursor().to_string()));
+    }
+}
+
+/// The pushes of every subscription: alice's then bob's, labelled.
+async fn collect_all(subscribers: &mut [Client; 2], want: &HashSet<String>) -> Vec<(String, Received)> {
+    let quiet = Duration::from_secs(5);
+    let [alice, bob] = subscribers;
+    let (a, b) = tokio::join!(collect(alice, NODES[0], want, quiet), collect(bob, NODES[1], want, quiet));
+    let mut all = Vec::new();
+    for (k, (who, got)) in [("alice (node a)", a), ("bob (node b)", b)].into_iter().enumerate() {
+        all.extend(got.into_iter().enumerate().map(|(i, r)| (format!("{who} on {}", NODES[k][i]), r)));
+    }
+    all
+}
+
+/// The feed's ids in commit order: its `created` view, pulled through `conn`.
+async fn commit_order(conn: &mut Client) -> Vec<String> {
+    walk(conn, "shared?order=created", 200).await.into_iter().map(|i| i.id).collect()
+}
+
+/// The chain breaks of `got`: indexes of pushes whose `PreviousCursor` is not the
+/// `LastCursor` of the push before (for the first push: not absent).
+fn breaks(got: &Received) -> Vec<usize> {
+    (0..got.len()).filter(|&k| got[k].1.as_deref() != k.checked_sub(1).map(|j| got[j].2.as_str())).collect()
+}
+
+/// What a subscriber would find wrong with `got` when nothing may be lost or repeated.
+fn exact_problems(got: &Received, committed: &[String]) -> Vec<String> {
+    let ids: Vec<&str> = got.iter().map(|(i, _, _)| i.as_str()).collect();
+    let mut problems = Vec::new();
+    let (missing, repeated, unknown) = tally(&ids, committed);
+    if !missing.is_empty() {
+        problems.push(format!("{} missing: {}", missing.len(), sample(&missing)));
+    }
+    if !repeated.is_empty() {
+        problems.push(format!("{} pushed more than once: {}", repeated.len(), sample(&repeated)));
+    }
+    if !unknown.is_empty() {
+        problems.push(format!("{} never committed: {}", unknown.len(), sample(&unknown)));
+    }
+    let order = inversions(&ids, committed);
+    if order > 0 {
+        problems.push(format!("{order} pushes arrived before a change committed earlier"));
+    }
+    let broken = breaks(got);
+    if !broken.is_empty() {
+        problems.push(format!("{} chain breaks, first at {}", broken.len(), describe_break(got, broken[0])));
+    }
+    problems
+}
+
+/// What a subscriber would find wrong with `got` when one crash happened: at most one run
+/// of at most [`BATCH`] consecutive changes missing and one repeated, none of `after` (the
+/// changes published after the restart), each shown by a chain break, nothing else broken.
+fn crash_problems(got: &Received, committed: &[String], after: &HashSet<String>) -> Vec<String> {
+    let ids: Vec<&str> = got.iter().map(|(i, _, _)| i.as_str()).collect();
+    let mut problems = Vec::new();
+    let (missing, repeated, unknown) = tally(&ids, committed);
+    if !unknown.is_empty() {
+        problems.push(format!("{} never committed: {}", unknown.len(), sample(&unknown)));
+    }
+    for (what, run) in [("missing", &missing), ("repeated", &repeated)] {
+        if run.len() > BATCH {
+            problems.push(format!("{} {what}, more than one batch ({BATCH}): {}", run.len(), sample(run)));
+        }
+        if !consecutive(run, committed) {
+            problems.push(format!("{what} changes are not one run in commit order: {}", sample(run)));
+        }
+        let late: Vec<String> = run.iter().filter(|id| after.contains(*id)).cloned().collect();
+        if !late.is_empty() {
+            problems.push(format!("{} {what} though published after the restart: {}", late.len(), sample(&late)));
+        }
+    }
+    // First arrivals in commit order.
+    let mut once = HashSet::new();
+    let firsts: Vec<&str> = ids.iter().copied().filter(|i| once.insert(*i)).collect();
+    let order = inversions(&firsts, committed);
+    if order > 0 {
+        problems.push(format!("{order} pushes arrived before a change committed earlier"));
+    }
+    // Where a subscriber must see a break: the first push after the gap, the first repeat.
+    let position: HashMap<&str, usize> = committed.iter().enumerate().map(|(k, id)| (id.as_str(), k)).collect();
+    let mut explained = HashSet::new();
+    if let Some(last_missing) = missing.iter().filter_map(|id| position.get(id.as_str())).max()
+        && let Some(after_gap) = ids.iter().position(|id| position.get(id).is_some_and(|p| p > last_missing))
+    {
+        explained.insert(after_gap);
+    }
+    let mut seen = HashSet::new();
+    if let Some(first_repeat) = ids.iter().position(|id| !seen.insert(*id)) {
+        explained.insert(first_repeat);
+    }
+    let broken: HashSet<usize> = breaks(got).into_iter().collect();
+    for k in &explained {
+        if !broken.contains(k) {
+            problems.push(format!("a gap or repeat the chain hides, at {}", describe_break(got, *k)));
+        }
+    }
+    let mut unexplained: Vec<usize> = broken.difference(&explained).copied().collect();
+    unexplained.sort();
+    // A repeated run after the first repeat chains on from it; a push after a break that
+    // neither loses nor repeats anything is out of order.
+    if let Some(&k) = unexplained.first() {
+        problems.push(format!(
+            "{} chain breaks with nothing lost or repeated there, first at {}",
+            unexplained.len(),
+            describe_break(got, k)
+        ));
+    }
+    problems
+}
+
+/// Missing, repeated and never-committed ids of `ids` against `committed`, each in commit
+/// order (never-committed in arrival order).
+fn tally(ids: &[&str], committed: &[String]) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for id in ids {
+        *counts.entry(id).or_default() += 1;
+    }
+    let known: HashSet<&str> = committed.iter().map(String::as_str).collect();
+    let missing = committed.iter().filter(|id| !counts.contains_key(id.as_str())).cloned().collect();
+    let repeated = committed.iter().filter(|id| counts.get(id.as_str()).is_some_and(|&n| n > 1)).cloned().collect();
+    let mut seen = HashSet::new();
+    let unknown = ids.iter().filter(|id| !known.contains(*id) && seen.insert(**id)).map(|id| id.to_string()).collect();
+    (missing, repeated, unknown)
+}
+
+/// How many pushes of `ids` (known ones) come after a push of a change committed later.
+fn inversions(ids: &[&str], committed: &[String]) -> usize {
+    let position: HashMap<&str, usize> = committed.iter().enumerate().map(|(k, id)| (id.as_str(), k)).collect();
+    let mut latest = None;
+    let mut count = 0;
+    for p in ids.iter().filter_map(|id| position.get(id).copied()) {
+        if latest.is_some_and(|l| p < l) {
+            count += 1;
+        }
+        latest = latest.max(Some(p));
+    }
+    count
+}
+
+/// Whether `run` (in commit order) is consecutive changes of `committed`.
+fn consecutive(run: &[String], committed: &[String]) -> bool {
+    let Some(first) = run.first().and_then(|id| committed.iter().position(|c| c == id)) else { return true };
+    committed.get(first..first + run.len()).is_some_and(|slice| slice == run)
+}
+
+/// A few ids of `ids`, for messages.
+fn sample(ids: &[String]) -> String {
+    let shown: Vec<&str> = ids.iter().take(8).map(String::as_str).collect();
+    if ids.len() > shown.len() { format!("{shown:?} …") } else { format!("{shown:?}") }
+}
+
+/// Push `k` of `got`: its id, and its `PreviousCursor` against the `LastCursor` before it.
+fn describe_break(got: &Received, k: usize) -> String {
+    let before = k.checked_sub(1).map(|j| format!("{} ({})", got[j].2, got[j].0));
+    format!("push {k} ({}): PreviousCursor {:?}, LastCursor before {before:?}", got[k].0, got[k].1)
+}
+
+/// Prints each subscription's tally and panics with every problem found.
+fn report(results: &[(String, Received)], problems: Vec<(String, Vec<String>)>, committed: usize) {
+    for (label, got) in results {
+        eprintln!("{label}: {} pushes for {committed} changes, {} chain breaks", got.len(), breaks(got).len());
+    }
+    let failed: Vec<String> = problems
+        .into_iter()
+        .filter(|(_, p)| !p.is_empty())
+        .map(|(label, p)| format!("{label}: {}", p.join("; ")))
+        .collect();
+    assert!(failed.is_empty(), "what subscribers would find wrong:\n{}", failed.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_on_both_nodes_get_each_change_once_in_order_from_publishes_through_both_instances() {
+    let mut s = setup().await;
+    let [bot_a, bot_b] = &mut s.bots;
+    let publishers = vec![
+        (Via::Http(s.http[0]), "ha"),
+        (Via::Http(s.http[1]), "hb"),
+        (Via::Xmpp(bot_a), "xa"),
+        (Via::Xmpp(bot_b), "xb"),
+    ];
+    let acked = publish_all(publishers, 0..25).await;
+    assert_eq!(acked.len(), 100, "every publish acknowledged");
+    let acked: HashSet<String> = acked.into_iter().collect();
+
+    let results = collect_all(&mut s.subscribers, &acked).await;
+    let committed = commit_order(&mut s.subscribers[1]).await;
+    assert_eq!(
+        committed.iter().cloned().collect::<HashSet<_>>(),
+        acked,
+        "the feed holds exactly what was acknowledged"
+    );
+    let pushed: Vec<f64> =
+        s.metrics.iter().map(|&m| metric(&scrape_metrics(m), "smartfeeds_pushes_sent_total").unwrap_or(0.0)).collect();
+    eprintln!("pushes sent by A, B: {pushed:?}");
+    let problems = results.iter().map(|(label, got)| (label.clone(), exact_problems(got, &committed))).collect();
+    report(&results, problems, committed.len());
+    drop(s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_on_both_nodes_lose_at_most_the_batch_in_flight_when_the_pushing_instance_is_killed() {
+    let mut s = setup().await;
+    let [bot_a, bot_b] = &mut s.bots;
+    let (ha, hb) = (s.http[0], s.http[1]);
+
+    // Both instances take publishes; the one that pushed them is the one to kill.
+    let mut acked = publish_all(
+        vec![(Via::Http(ha), "ha"), (Via::Http(hb), "hb"), (Via::Xmpp(bot_a), "xa"), (Via::Xmpp(bot_b), "xb")],
+        0..15,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pushed: Vec<f64> =
+        s.metrics.iter().map(|&m| metric(&scrape_metrics(m), "smartfeeds_pushes_sent_total").unwrap_or(0.0)).collect();
+    let victim = if pushed[0] >= pushed[1] { 0 } else { 1 };
+    let survivor = 1 - victim;
+    eprintln!("pushes sent by A, B: {pushed:?}; killing {}", ["A", "B"][victim]);
+
+    // Publishers write through the survivor (HTTP, and XMPP from the bot on its node) while
+    // the victim dies under them.
+    let bot_s: &mut Client = if survivor == 0 { &mut *bot_a } else { &mut *bot_b };
+    let dying = &mut s.instances[victim];
+    let (during, ()) =
+        tokio::join!(publish_all(vec![(Via::Http(s.http[survivor]), "hs"), (Via::Xmpp(bot_s), "xs")], 15..40), async {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let killed = Instant::now();
+            tokio::task::block_in_place(|| dying.kill());
+            eprintln!("killed in {:?}", killed.elapsed());
+        });
+    acked.extend(during);
+
+    // The victim comes back, attached to its own node again, and both take publishes.
+    let node = &s.cluster.nodes()[victim];
+    let offset = common::logs::offset(&s.instances[victim].log_path());
+    tokio::task::block_in_place(|| s.instances[victim].restart());
+    attached(&s.instances[victim], node, offset).await;
+    let after = publish_all(
+        vec![(Via::Http(ha), "ha"), (Via::Http(hb), "hb"), (Via::Xmpp(bot_a), "xa"), (Via::Xmpp(bot_b), "xb")],
+        40..55,
+    )
+    .await;
+    let after_set: HashSet<String> = after.iter().cloned().collect();
+    acked.extend(after);
+    assert_eq!(acked.len(), 4 * 15 + 2 * 25 + 4 * 15, "every publish acknowledged");
+    let acked: HashSet<String> = acked.into_iter().collect();
+
+    let results = collect_all(&mut s.subscribers, &acked).await;
+    let committed = commit_order(&mut s.subscribers[0]).await;
+    assert_eq!(
+        committed.iter().cloned().collect::<HashSet<_>>(),
+        acked,
+        "the feed holds exactly what was acknowledged"
+    );
+    // The survivor took the feed's pushes over: subscribers on both nodes got pushes from both.
+    let taken = metric(&scrape_metrics(s.metrics[survivor]), "smartfeeds_pushes_sent_total").unwrap_or(0.0);
+    assert!(taken > pushed[survivor], "the survivor pushed after the kill ({} then {taken})", pushed[survivor]);
+    let problems =
+        results.iter().map(|(label, got)| (label.clone(), crash_problems(got, &committed, &after_set))).collect();
+    report(&results, problems, committed.len());
+    drop(s);
+}
