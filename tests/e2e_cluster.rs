@@ -4,10 +4,13 @@
 //! logged in on node a and bob on node b, each subscribed to three views of the feed
 //! `shared`: `shared?order=created`, `shared?order=modified`, and the feed's default view,
 //! which alice spells `shared` and bob `shared?order=-created`. (One JID holds one
-//! subscription per view: a second spelling from the same JID replaces the first, so the two
-//! spellings need two subscribers.) Publishers write through both
-//! instances at once, over HTTP (PUTs to each instance) and over XMPP (`bot` logged in on
-//! each node; a node routes the domain's requests to the instance attached to it).
+//! subscription per view: a second spelling from the same JID replaces the first, so the
+//! two spellings need two subscribers.) Publishers write through both instances at once,
+//! over HTTP (PUTs to each instance) and over XMPP (`bot` logged in on each node; a node
+//! routes the domain's requests to the instance attached to it).
+//!
+//! Each test has a cluster of its own: nextest runs every test in a process of its own, and
+//! the instances of two tests could not share the cluster's one `feeds.localhost` anyway.
 //!
 //! Each subscription is checked as its subscriber would, against the feed's commit order
 //! (the `created` view pulled at the end: times and tie order are assigned in commit order):
@@ -48,6 +51,11 @@ const NODES: [[&str; 3]; 2] = [
     ["shared?order=-created", "shared?order=created", "shared?order=modified"],
 ];
 
+/// How long a publish may take (generous: parallel tests share the CPUs).
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a subscriber that still misses pushes waits for the next before giving up.
+const QUIET: Duration = Duration::from_secs(10);
+
 /// One subscription's pushes in arrival order: item id, `PreviousCursor`, `LastCursor`.
 type Received = Vec<(String, Option<String>, String)>;
 
@@ -66,7 +74,9 @@ struct Setup {
 
 /// The cluster, the instances (each attached to its own node), both subscribers subscribed.
 async fn setup() -> Setup {
+    let started_at = Instant::now();
     let cluster = EjabberdCluster::start();
+    eprintln!("cluster formed after {:?}", started_at.elapsed());
     let url = fresh_database().await;
     let (http, metrics) = ([free_port(), free_port()], [free_port(), free_port()]);
     let mut started = Vec::new();
@@ -93,6 +103,7 @@ async fn setup() -> Setup {
         assert_eq!(held, want, "{jid} holds a subscription to each node");
     }
     let bots = [cluster.a().login("bot").await, cluster.b().login("bot").await];
+    eprintln!("instances attached and subscribers subscribed after {:?}", started_at.elapsed());
     Setup { instances, http, metrics, subscribers: [alice, bob], bots, cluster }
 }
 
@@ -112,7 +123,7 @@ enum Via<'a> {
 
 /// Publishes `PREFIX-N` for each N of `range` in turn; returns the ids acknowledged.
 async fn publish(via: Via<'_>, prefix: &str, range: Range<u32>) -> Vec<String> {
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    let http = reqwest::Client::builder().timeout(PUBLISH_TIMEOUT).build().unwrap();
     let mut acked = Vec::new();
     let mut via = via;
     for i in range {
@@ -133,7 +144,7 @@ async fn publish(via: Via<'_>, prefix: &str, range: Range<u32>) -> Vec<String> {
                     Err(e) => Err(e.to_string()),
                 }
             }
-            Via::Xmpp(bot) => match bot.try_iq(publish_iq("shared", Some(&id), &body), Duration::from_secs(10)).await {
+            Via::Xmpp(bot) => match bot.try_iq(publish_iq("shared", Some(&id), &body), PUBLISH_TIMEOUT).await {
                 Ok(reply) if stanza_type(&reply) == "result" => Ok(()),
                 Ok(reply) => Err(common::to_xml(&reply)),
                 Err(e) => Err(e),
@@ -169,9 +180,10 @@ async fn collect(conn: &mut Client, nodes: [&str; 3], want: &HashSet<String>, qu
 
 /// The pushes of every subscription: alice's then bob's, labelled.
 async fn collect_all(subscribers: &mut [Client; 2], want: &HashSet<String>) -> Vec<(String, Received)> {
-    let quiet = Duration::from_secs(5);
+    let started = Instant::now();
     let [alice, bob] = subscribers;
-    let (a, b) = tokio::join!(collect(alice, NODES[0], want, quiet), collect(bob, NODES[1], want, quiet));
+    let (a, b) = tokio::join!(collect(alice, NODES[0], want, QUIET), collect(bob, NODES[1], want, QUIET));
+    eprintln!("pushes collected in {:?}", started.elapsed());
     let mut all = Vec::new();
     for (k, (who, got)) in [("alice (node a)", a), ("bob (node b)", b)].into_iter().enumerate() {
         all.extend(got.into_iter().enumerate().map(|(i, r)| (format!("{who} on {}", NODES[k][i]), r)));
@@ -400,8 +412,10 @@ async fn subscribers_on_both_nodes_lose_at_most_the_batch_in_flight_when_the_pus
     // The victim comes back, attached to its own node again, and both take publishes.
     let node = &s.cluster.nodes()[victim];
     let offset = common::logs::offset(&s.instances[victim].log_path());
+    let restarted = Instant::now();
     tokio::task::block_in_place(|| s.instances[victim].restart());
     attached(&s.instances[victim], node, offset).await;
+    eprintln!("restarted and attached in {:?}", restarted.elapsed());
     let after = publish_all(
         vec![(Via::Http(ha), "ha"), (Via::Http(hb), "hb"), (Via::Xmpp(bot_a), "xa"), (Via::Xmpp(bot_b), "xb")],
         40..55,
@@ -421,6 +435,8 @@ async fn subscribers_on_both_nodes_lose_at_most_the_batch_in_flight_when_the_pus
     );
     // The survivor took the feed's pushes over: subscribers on both nodes got pushes from both.
     let taken = metric(&scrape_metrics(s.metrics[survivor]), "smartfeeds_pushes_sent_total").unwrap_or(0.0);
+    let back = metric(&scrape_metrics(s.metrics[victim]), "smartfeeds_pushes_sent_total").unwrap_or(0.0);
+    eprintln!("pushes sent since: survivor {}, restarted instance {back}", taken - pushed[survivor]);
     assert!(taken > pushed[survivor], "the survivor pushed after the kill ({} then {taken})", pushed[survivor]);
     let problems =
         results.iter().map(|(label, got)| (label.clone(), crash_problems(got, &committed, &after_set))).collect();
