@@ -7,7 +7,9 @@
 //! subscription per view: a second spelling from the same JID replaces the first, so the
 //! two spellings need two subscribers.) Publishers write through both instances at once,
 //! over HTTP (PUTs to each instance) and over XMPP (`bot` logged in on each node; a node
-//! routes the domain's requests to the instance attached to it).
+//! routes the domain's requests to the instance attached to it). While they write, a reader
+//! (`admin` on each node) pages the feed forward with RSM through A and B in turn, and must
+//! read every change once, in commit order.
 //!
 //! Each test has a cluster of its own: nextest runs every test in a process of its own, and
 //! the instances of two tests could not share the cluster's one `feeds.localhost` anyway.
@@ -38,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use common::instances::{BOT, fresh_database, instance_on, wait_logged};
 use common::process::free_port;
-use common::pubsub::{entry, publish_iq, walk};
+use common::pubsub::{Pull, entry, publish_iq, pull, walk};
 use common::push::{parse_push, subscribe, subscriptions};
 use common::smartfeeds::{metric, scrape_metrics};
 use common::{Client, EjabberdCluster, Smartfeeds, TestServer, stanza_type};
@@ -69,6 +71,8 @@ struct Setup {
     subscribers: [Client; 2],
     /// `bot` on node a and on node b.
     bots: [Client; 2],
+    /// `admin` on node a and on node b, to read pages.
+    readers: [Client; 2],
     cluster: EjabberdCluster,
 }
 
@@ -103,8 +107,9 @@ async fn setup() -> Setup {
         assert_eq!(held, want, "{jid} holds a subscription to each node");
     }
     let bots = [cluster.a().login("bot").await, cluster.b().login("bot").await];
+    let readers = [cluster.a().login("admin").await, cluster.b().login("admin").await];
     eprintln!("instances attached and subscribers subscribed after {:?}", started_at.elapsed());
-    Setup { instances, http, metrics, subscribers: [alice, bob], bots, cluster }
+    Setup { instances, http, metrics, subscribers: [alice, bob], bots, readers, cluster }
 }
 
 /// Waits until `sf`'s log past `offset` says it is connected to `node`'s component port
@@ -195,6 +200,42 @@ async fn collect_all(subscribers: &mut [Client; 2], want: &HashSet<String>) -> V
 /// The feed's ids in commit order: its `created` view, pulled through `conn`.
 async fn commit_order(conn: &mut Client) -> Vec<String> {
     walk(conn, "shared?order=created", 200).await.into_iter().map(|i| i.id).collect()
+}
+
+/// Pages `shared?order=created` forward with RSM (`after` the last page's `<last>`, 7 items
+/// a page) through each reader in turn, until the publishers are done (`publishing`
+/// resolves) and a page comes back empty. Every id read, in the order read, and the pages
+/// each reader got.
+async fn read_forward(
+    readers: &mut [Client; 2],
+    publishing: impl Future<Output = Vec<String>>,
+) -> (Vec<String>, Vec<String>, [usize; 2]) {
+    let mut publishing = std::pin::pin!(publishing);
+    let mut acked = None;
+    let (mut seen, mut pages, mut after) = (Vec::new(), [0; 2], None::<String>);
+    for turn in 0.. {
+        let done = acked.is_some();
+        let mut request = Pull::node("shared?order=created").max(7);
+        if let Some(last) = &after {
+            request = request.after(last);
+        }
+        let reader = &mut readers[turn % 2];
+        let page = tokio::select! {
+            page = pull(reader, &request) => page,
+            ids = &mut publishing, if acked.is_none() => { acked = Some(ids); continue }
+        };
+        pages[turn % 2] += 1;
+        if page.items.is_empty() {
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        after = page.last.clone();
+        seen.extend(page.ids());
+    }
+    (acked.unwrap_or_default(), seen, pages)
 }
 
 /// The chain breaks of `got`: indexes of pushes whose `PreviousCursor` is not the
@@ -359,7 +400,9 @@ async fn subscribers_on_both_nodes_get_each_change_once_in_order_from_publishes_
         (Via::Xmpp(bot_a), "xa"),
         (Via::Xmpp(bot_b), "xb"),
     ];
-    let acked = publish_all(publishers, 0..25).await;
+    // Meanwhile a reader on each node (each node routes it to its own instance) pages the
+    // feed forward with RSM, one page through A, the next through B.
+    let (acked, read, pages) = read_forward(&mut s.readers, publish_all(publishers, 0..25)).await;
     assert_eq!(acked.len(), 100, "every publish acknowledged");
     let acked: HashSet<String> = acked.into_iter().collect();
 
@@ -370,6 +413,17 @@ async fn subscribers_on_both_nodes_get_each_change_once_in_order_from_publishes_
         acked,
         "the feed holds exactly what was acknowledged"
     );
+    // Commit order is cursor order: paging forward while publishes commit on both instances
+    // skips nothing and repeats nothing.
+    eprintln!("the reader read {} items in {pages:?} pages through nodes a, b", read.len());
+    assert_eq!(read, committed, "the reader paging through both instances read every change once, in commit order");
+    assert!(pages.iter().all(|&p| p > 3), "the reader paged through both instances during the run: {pages:?}");
+    let pulled: Vec<f64> = s
+        .metrics
+        .iter()
+        .map(|&m| metric(&scrape_metrics(m), r#"smartfeeds_requests_total{kind="items",outcome="ok"}"#).unwrap_or(0.0))
+        .collect();
+    assert!(pulled.iter().all(|&p| p > 3.0), "both instances answered the reader's pages: {pulled:?}");
     let pushed: Vec<f64> =
         s.metrics.iter().map(|&m| metric(&scrape_metrics(m), "smartfeeds_pushes_sent_total").unwrap_or(0.0)).collect();
     eprintln!("pushes sent by A, B: {pushed:?}");
