@@ -15,7 +15,7 @@
 #   EJABBERD_API_PORT        REST API (mod_http_api), loopback only [5281]
 #   EJABBERD_DIST_PORT       Erlang distribution port of the node (no epmd is used) [5290]
 #   EJABBERD_NODE            Erlang node name [ejabberd_smartfeeds@localhost]
-#   EJABBERD_SECRET          secret of feeds.localhost and bench.localhost [secret]
+#   EJABBERD_SECRET          secret of the external components [secret]
 #   EJABBERD_LOG_LEVEL       debug, info, warning, error [info]
 #
 # Demo accounts (created or reset on every start), all with the password "password"
@@ -24,7 +24,7 @@
 #   bot@localhost     a feed publisher
 #   alice@localhost   a reader
 #   bob@localhost     another reader
-# Components: feeds.localhost and bench.localhost (external, secret above),
+# Components: feeds.localhost, bench.localhost and publisher.localhost (external, secret above),
 # pubsub.localhost (ejabberd's mod_pubsub).
 #
 # Run as root, ejabberdctl runs the node as the `ejabberd` user, so the run directory is

@@ -88,6 +88,11 @@ end
 Component "bench.localhost"
 	component_secret = "@SECRET@"
 
+-- The load tool's publisher, when it publishes apart from its subscribers
+-- (smartfeeds-load fanout --publisher).
+Component "publisher.localhost"
+	component_secret = "@SECRET@"
+
 -- Prosody's own pubsub service, for side-by-side comparisons with smartfeeds
 -- (scripts/bench-peers.sh). It keeps items in Prosody's file store ("internal"). The load
 -- tool (bench.localhost) is an admin here so that it may create nodes.

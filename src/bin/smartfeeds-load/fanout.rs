@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::link::Inbox;
+use crate::link::{Inbox, Link};
 use crate::publish::default_prefix;
 use crate::report::{Report, Tally, percentiles};
 use crate::stanzas::{outcome, publish, push_facts, subscription};
@@ -40,6 +40,13 @@ pub struct FanoutArgs {
     /// Publish from this JID of our domain (default: the domain itself).
     #[arg(long)]
     pub from: Option<String>,
+    /// Publish through a second component connection, as this domain (same server and
+    /// secret), instead of the subscribers' own. In a deployment the publisher is never the
+    /// connection its subscribers are behind; a server that handles a publish in the
+    /// sender's process (ejabberd) would otherwise build and route every copy inside the
+    /// process that also receives them all. The service must let this domain publish.
+    #[arg(long)]
+    pub publisher: Option<String>,
     /// Item id prefix (default: `f` and the current Unix time in ms).
     #[arg(long)]
     pub prefix: Option<String>,
@@ -202,12 +209,13 @@ async fn subscriptions(ctx: &Ctx, op: &'static str, who: &[u32], deadline: Insta
 /// to the last copy.
 async fn publish_one(
     ctx: &Ctx,
+    link: &Link,
     payload: &str,
     from: Option<&str>,
     (p, sent): (u32, Instant),
     done: &mut mpsc::UnboundedReceiver<(u32, Instant)>,
 ) -> (Result<Duration, String>, Option<Duration>) {
-    let ack = ctx.link.iq("set", from, &ctx.common.service, payload, ctx.timeout());
+    let ack = link.iq("set", from, &ctx.common.service, payload, ctx.timeout());
     tokio::pin!(ack);
     let give_up = tokio::time::sleep(ctx.timeout());
     tokio::pin!(give_up);
@@ -272,6 +280,19 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     };
     let collector = tokio::spawn(collect(inbox, expected, done_tx, stop_rx));
 
+    let publisher = match &args.publisher {
+        Some(domain) => {
+            let (link, mut inbox) = Link::connect(c.server, domain, &c.secret)
+                .await
+                .map_err(|e| format!("cannot log in as the publisher {domain} at {}: {e}", c.server))?;
+            // Its publishes' answers come back through `iq`; nothing else is expected.
+            tokio::spawn(async move { while inbox.0.recv().await.is_some() {} });
+            Some(link)
+        }
+        None => None,
+    };
+    let link = publisher.as_deref().unwrap_or(&ctx.link);
+
     let rss = || c.service_pid.and_then(procstat::rss_mib);
     let rss_before = rss();
     let cpu = ctx.cpu_window();
@@ -285,7 +306,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
         let payload = publish(&c.node, &format!("{prefix}-{p}"), &format!("Fan-out item {p}"), 0);
         sent_at.push(Instant::now());
         let (ack, complete) =
-            publish_one(ctx, &payload, args.from.as_deref(), (p, sent_at[p as usize]), &mut done_rx).await;
+            publish_one(ctx, link, &payload, args.from.as_deref(), (p, sent_at[p as usize]), &mut done_rx).await;
         match ack {
             Ok(latency) => acks.ok(latency),
             Err(kind) => {
@@ -301,6 +322,9 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     }
     let elapsed = started.elapsed();
     let cpu = cpu.finish();
+    if let Some(publisher) = &publisher {
+        publisher.close();
+    }
     let rss_after = rss();
     tokio::time::sleep(Duration::from_secs_f64(args.settle.clamp(0.0, 60.0))).await;
     let _ = stop_tx.send(());
@@ -341,6 +365,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     // the server spend per notification, or the tool would be what is measured.
     let tool_cpu = cpu.get(2).copied().flatten();
     report.num("tool_cpu_us_per_notification", tool_cpu.filter(|_| delivered > 0).map(|s| s * 1e6 / delivered as f64));
+    report.str("publisher", args.publisher.as_deref().unwrap_or(&c.component));
     report.int("subscribers", n_subscribed);
     report.int("publishes", sent_at.len() as u64);
     report.int("publish_errors", acks.error_count());

@@ -77,13 +77,15 @@ pub fn atom_entry(id: &str, title: &str, padding: usize) -> String {
     )
 }
 
-/// The `<pubsub/>` of a node creation (XEP-0060 §8.1.3) keeping up to `max_items` items.
+/// The `<pubsub/>` of a node creation (XEP-0060 §8.1.3) keeping up to `max_items` items,
+/// open to any publisher (`fanout --publisher` publishes from another domain).
 pub fn create_node(node: &str, max_items: u32) -> String {
     format!(
         "<pubsub xmlns='{NS_PUBSUB}'><create node='{}'/><configure><x xmlns='jabber:x:data' type='submit'>\
          <field var='FORM_TYPE' type='hidden'><value>{NS_PUBSUB}#node_config</value></field>\
          <field var='pubsub#max_items'><value>{max_items}</value></field>\
-         <field var='pubsub#persist_items'><value>1</value></field></x></configure></pubsub>",
+         <field var='pubsub#persist_items'><value>1</value></field>\
+         <field var='pubsub#publish_model'><value>open</value></field></x></configure></pubsub>",
         esc(node)
     )
 }
