@@ -46,8 +46,10 @@ pub const TICK: Duration = Duration::from_secs(1);
 const PRESENCE_CLASS: i32 = 0x7366_7072;
 const SHARD_CLASS: i32 = 0x7366_7368;
 
+/// The sessions holding a presence lock (`$1`: [`PRESENCE_CLASS`], as an oid): the live
+/// instances. Two-key advisory locks show their first key as `classid`, with `objsubid` 2.
 const COUNT_LIVE: &str = "SELECT count(*) FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = 1936093298
+    WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = $1
       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
 
 const PENDING: &str = "SELECT l.seq, l.shard, f.name, l.item_id, l.created, l.modified, l.deleted, l.when_ms,
@@ -179,7 +181,7 @@ impl Relay {
 
     /// Owns about `SHARDS / live instances`: lets the surplus go, tries free shards when short.
     async fn balance(&self, client: &Client, owned: &mut BTreeMap<i32, i64>) -> StoreResult<()> {
-        let live: i64 = client.query_one(COUNT_LIVE, &[]).await?.get(0);
+        let live: i64 = client.query_one(COUNT_LIVE, &[&(PRESENCE_CLASS as u32)]).await?.get(0);
         let target = (SHARDS as usize).div_ceil(live.max(1) as usize);
         let mut released = Vec::new();
         while owned.len() > target {

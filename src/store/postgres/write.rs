@@ -188,8 +188,11 @@ impl WriteTx for PgTx<'_> {
     /// transaction: a change is owed to subscribers exactly when it is committed. A failure
     /// to log fails the closure, like any failed statement.
     fn emit(&mut self, change: Change) {
-        if !change.views.is_empty() {
-            let _ = self.log_push(&change);
+        if !change.views.is_empty()
+            && let Err(e) = self.log_push(&change)
+        {
+            // A failed statement is noted already; a row not written is noted here.
+            self.failed.borrow_mut().get_or_insert(e);
         }
         self.changes.push(change);
     }
@@ -203,14 +206,10 @@ impl PgTx<'_> {
         let counts: Vec<i64> = change.views.iter().map(|v| v.count.min(i64::MAX as u64) as i64).collect();
         let previous: Vec<Option<String>> = change.views.iter().map(|v| v.previous.map(|c| c.to_string())).collect();
         let last: Vec<String> = change.views.iter().map(|v| v.last.to_string()).collect();
-        let sql = format!(
+        let n = self.execute(
             "INSERT INTO push_log(feed, shard, item_id, created, modified, deleted, when_ms, payload,
                                   views, counts, previous, last)
-             SELECT id, (id % {shards})::int, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM feeds WHERE name = $1",
-            shards = super::relay::SHARDS
-        );
-        let n = self.execute(
-            &sql,
+             SELECT id, (id % $12)::int, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM feeds WHERE name = $1",
             &[
                 &change.feed,
                 &change.item.id,
@@ -223,6 +222,7 @@ impl PgTx<'_> {
                 &counts,
                 &previous,
                 &last,
+                &i64::from(super::relay::SHARDS),
             ],
         )?;
         if n == 0 {

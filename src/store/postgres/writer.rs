@@ -128,17 +128,18 @@ impl Writer {
         }
         let outcome = match aborted {
             Some(e) => Err(e),
-            // Every instance is told of the feeds changed, once they are committed.
-            None if !changes.is_empty() => {
-                let payload = super::notices::payload(self.instance, changes.iter().map(|c| c.feed.as_str()));
-                let notify =
-                    rt.block_on(conn.execute("SELECT pg_notify($1, $2)", &[&super::notices::CHANNEL, &payload]));
-                match notify {
-                    Ok(_) => rt.block_on(conn.batch_execute("COMMIT")).map_err(StoreError::from),
-                    Err(e) => Err(e.into()),
-                }
+            None => {
+                // Every instance is told of the feeds changed, once they are committed.
+                let notified = if changes.is_empty() {
+                    Ok(())
+                } else {
+                    let payload = super::notices::payload(self.instance, changes.iter().map(|c| c.feed.as_str()));
+                    rt.block_on(conn.execute("SELECT pg_notify($1, $2)", &[&super::notices::CHANNEL, &payload]))
+                        .map(drop)
+                        .map_err(StoreError::from)
+                };
+                notified.and_then(|()| rt.block_on(conn.batch_execute("COMMIT")).map_err(StoreError::from))
             }
-            None => rt.block_on(conn.batch_execute("COMMIT")).map_err(StoreError::from),
         };
         match &outcome {
             Ok(()) => {
