@@ -38,13 +38,12 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use common::instances::{BOT, fresh_database, instance_on, wait_logged};
+use common::instances::{Received, collect, fresh_database, instance_on, put_shared, wait_logged};
 use common::process::free_port;
 use common::pubsub::{Pull, entry, publish_iq, pull, walk};
-use common::push::{parse_push, subscribe, subscriptions};
+use common::push::{subscribe, subscriptions};
 use common::smartfeeds::{metric, scrape_metrics};
 use common::{Client, EjabberdCluster, Smartfeeds, TestServer, stanza_type};
-use reqwest::StatusCode;
 use smartfeeds::store::postgres::relay::BATCH;
 
 /// The nodes alice and bob subscribe to: the default view under two spellings, and two more.
@@ -57,9 +56,6 @@ const NODES: [[&str; 3]; 2] = [
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a subscriber that still misses pushes waits for the next before giving up.
 const QUIET: Duration = Duration::from_secs(10);
-
-/// One subscription's pushes in arrival order: item id, `PreviousCursor`, `LastCursor`.
-type Received = Vec<(String, Option<String>, String)>;
 
 /// The cluster, two instances on one database, and the clients on both nodes.
 struct Setup {
@@ -133,27 +129,16 @@ async fn publish(via: Via<'_>, prefix: &str, range: Range<u32>) -> Vec<String> {
     let mut via = via;
     for i in range {
         let id = format!("{prefix}-{i}");
-        let body = entry(&format!("urn:{id}"), &id, None, &[]);
         let outcome = match &mut via {
-            Via::Http(port) => {
-                let res = http
-                    .put(format!("http://127.0.0.1:{port}/feeds/shared/items/{id}"))
-                    .bearer_auth(BOT)
-                    .header("content-type", "application/atom+xml")
-                    .body(body)
-                    .send()
-                    .await;
-                match res {
-                    Ok(r) if r.status() == StatusCode::OK => Ok(()),
-                    Ok(r) => Err(format!("{} {}", r.status(), r.text().await.unwrap_or_default())),
-                    Err(e) => Err(e.to_string()),
+            Via::Http(port) => put_shared(&http, *port, &id).await,
+            Via::Xmpp(bot) => {
+                let body = entry(&format!("urn:{id}"), &id, None, &[]);
+                match bot.try_iq(publish_iq("shared", Some(&id), &body), PUBLISH_TIMEOUT).await {
+                    Ok(reply) if stanza_type(&reply) == "result" => Ok(()),
+                    Ok(reply) => Err(common::to_xml(&reply)),
+                    Err(e) => Err(e),
                 }
             }
-            Via::Xmpp(bot) => match bot.try_iq(publish_iq("shared", Some(&id), &body), PUBLISH_TIMEOUT).await {
-                Ok(reply) if stanza_type(&reply) == "result" => Ok(()),
-                Ok(reply) => Err(common::to_xml(&reply)),
-                Err(e) => Err(e),
-            },
         };
         match outcome {
             Ok(()) => acked.push(id),
@@ -169,26 +154,12 @@ async fn publish_all(publishers: Vec<(Via<'_>, &str)>, range: Range<u32>) -> Vec
     futures::future::join_all(runs).await.concat()
 }
 
-/// Every push `conn` gets, by node, until each subscription has every id of `want` (then a
-/// second more, for late repeats) or `quiet` passes without a push.
-async fn collect(conn: &mut Client, nodes: [&str; 3], want: &HashSet<String>, quiet: Duration) -> Vec<Received> {
-    let mut got: Vec<Received> = vec![Vec::new(); nodes.len()];
-    loop {
-        let complete = got.iter().all(|r| want.iter().all(|id| r.iter().any(|(i, _, _)| i == id)));
-        let wait = if complete { Duration::from_secs(1) } else { quiet };
-        let Some(m) = conn.next_message(wait).await else { return got };
-        let p = parse_push(&m);
-        let at = nodes.iter().position(|n| *n == p.node).unwrap_or_else(|| panic!("a push for {}", p.node));
-        got[at].push((p.item_id().to_string(), p.previous.clone(), p.last_cursor().to_string()));
-    }
-}
-
 /// The pushes of every subscription, alice's then bob's, labelled, until each has every id
 /// of `want` (see [`collect`]).
 async fn collect_all(subscribers: &mut [Client; 2], want: &HashSet<String>) -> Vec<(String, Received)> {
     let started = Instant::now();
     let [alice, bob] = subscribers;
-    let (a, b) = tokio::join!(collect(alice, NODES[0], want, QUIET), collect(bob, NODES[1], want, QUIET));
+    let (a, b) = tokio::join!(collect(alice, &NODES[0], want, QUIET), collect(bob, &NODES[1], want, QUIET));
     eprintln!("pushes collected in {:?}", started.elapsed());
     let mut all = Vec::new();
     for (k, (who, got)) in [("alice (node a)", a), ("bob (node b)", b)].into_iter().enumerate() {
@@ -197,9 +168,29 @@ async fn collect_all(subscribers: &mut [Client; 2], want: &HashSet<String>) -> V
     all
 }
 
-/// The feed's ids in commit order: its `created` view, pulled through `conn`.
-async fn commit_order(conn: &mut Client) -> Vec<String> {
-    walk(conn, "shared?order=created", 200).await.into_iter().map(|i| i.id).collect()
+/// Every subscription's pushes (see [`collect_all`], until each has `want`), then the
+/// feed's ids in commit order: its `created` view, pulled through alice, which must hold
+/// exactly `acked`.
+async fn pushes_and_commit_order(
+    s: &mut Setup,
+    want: &HashSet<String>,
+    acked: &HashSet<String>,
+) -> (Vec<(String, Received)>, Vec<String>) {
+    let results = collect_all(&mut s.subscribers, want).await;
+    let committed: Vec<String> =
+        walk(&mut s.subscribers[0], "shared?order=created", 200).await.into_iter().map(|i| i.id).collect();
+    assert_eq!(
+        &committed.iter().cloned().collect::<HashSet<_>>(),
+        acked,
+        "the feed holds exactly what was acknowledged"
+    );
+    (results, committed)
+}
+
+/// Each instance's value of the metric `name` (ports `metrics`: A's, then B's; 0 before it
+/// is counted).
+fn counted(metrics: &[u16], name: &str) -> Vec<f64> {
+    metrics.iter().map(|&m| metric(&scrape_metrics(m), name).unwrap_or(0.0)).collect()
 }
 
 /// Pages `shared?order=created` forward with RSM (`after` the last page's `<last>`, 7 items
@@ -406,27 +397,15 @@ async fn subscribers_on_both_nodes_get_each_change_once_in_order_from_publishes_
     assert_eq!(acked.len(), 100, "every publish acknowledged");
     let acked: HashSet<String> = acked.into_iter().collect();
 
-    let results = collect_all(&mut s.subscribers, &acked).await;
-    let committed = commit_order(&mut s.subscribers[1]).await;
-    assert_eq!(
-        committed.iter().cloned().collect::<HashSet<_>>(),
-        acked,
-        "the feed holds exactly what was acknowledged"
-    );
+    let (results, committed) = pushes_and_commit_order(&mut s, &acked, &acked).await;
     // Commit order is cursor order: paging forward while publishes commit on both instances
     // skips nothing and repeats nothing.
     eprintln!("the reader read {} items in {pages:?} pages through nodes a, b", read.len());
     assert_eq!(read, committed, "the reader paging through both instances read every change once, in commit order");
     assert!(pages.iter().all(|&p| p > 3), "the reader paged through both instances during the run: {pages:?}");
-    let pulled: Vec<f64> = s
-        .metrics
-        .iter()
-        .map(|&m| metric(&scrape_metrics(m), r#"smartfeeds_requests_total{kind="items",outcome="ok"}"#).unwrap_or(0.0))
-        .collect();
+    let pulled = counted(&s.metrics, r#"smartfeeds_requests_total{kind="items",outcome="ok"}"#);
     assert!(pulled.iter().all(|&p| p > 3.0), "both instances answered the reader's pages: {pulled:?}");
-    let pushed: Vec<f64> =
-        s.metrics.iter().map(|&m| metric(&scrape_metrics(m), "smartfeeds_pushes_sent_total").unwrap_or(0.0)).collect();
-    eprintln!("pushes sent by A, B: {pushed:?}");
+    eprintln!("pushes sent by A, B: {:?}", counted(&s.metrics, "smartfeeds_pushes_sent_total"));
     let problems = results.iter().map(|(label, got)| (label.clone(), exact_problems(got, &committed))).collect();
     report(&results, problems, committed.len());
     drop(s);
@@ -445,8 +424,7 @@ async fn subscribers_on_both_nodes_lose_at_most_the_batch_in_flight_when_the_pus
     )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let pushed: Vec<f64> =
-        s.metrics.iter().map(|&m| metric(&scrape_metrics(m), "smartfeeds_pushes_sent_total").unwrap_or(0.0)).collect();
+    let pushed = counted(&s.metrics, "smartfeeds_pushes_sent_total");
     let victim = if pushed[0] >= pushed[1] { 0 } else { 1 };
     let survivor = 1 - victim;
     eprintln!("pushes sent by A, B: {pushed:?}; killing {}", ["A", "B"][victim]);
@@ -483,16 +461,10 @@ async fn subscribers_on_both_nodes_lose_at_most_the_batch_in_flight_when_the_pus
 
     // Pushes come in commit order: once the changes published after the restart are in,
     // any earlier one still missing was lost (a late one would be out of order anyway).
-    let results = collect_all(&mut s.subscribers, &after_set).await;
-    let committed = commit_order(&mut s.subscribers[0]).await;
-    assert_eq!(
-        committed.iter().cloned().collect::<HashSet<_>>(),
-        acked,
-        "the feed holds exactly what was acknowledged"
-    );
+    let (results, committed) = pushes_and_commit_order(&mut s, &after_set, &acked).await;
     // The survivor took the feed's pushes over: subscribers on both nodes got pushes from both.
-    let taken = metric(&scrape_metrics(s.metrics[survivor]), "smartfeeds_pushes_sent_total").unwrap_or(0.0);
-    let back = metric(&scrape_metrics(s.metrics[victim]), "smartfeeds_pushes_sent_total").unwrap_or(0.0);
+    let now = counted(&s.metrics, "smartfeeds_pushes_sent_total");
+    let (taken, back) = (now[survivor], now[victim]);
     eprintln!("pushes sent since: survivor {}, restarted instance {back}", taken - pushed[survivor]);
     assert!(taken > pushed[survivor], "the survivor pushed after the kill ({} then {taken})", pushed[survivor]);
     let problems =

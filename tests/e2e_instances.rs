@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::instances::{BOT, fresh_database, http_ready, instance};
+use common::instances::{Received, collect, fresh_database, http_ready, instance, put_shared};
 use common::process::free_port;
 use common::pubsub::*;
 use common::push::{next_push, subscribe};
@@ -30,15 +30,8 @@ async fn two_instances() -> (TestServer, (Smartfeeds, u16), (Smartfeeds, u16)) {
 
 /// PUTs an entry through the instance on `port`.
 async fn put(port: u16, id: &str) {
-    let res = reqwest::Client::new()
-        .put(format!("http://127.0.0.1:{port}/feeds/shared/items/{id}"))
-        .bearer_auth(BOT)
-        .header("content-type", "application/atom+xml")
-        .body(entry(&format!("urn:{id}"), id, None, &[]))
-        .send()
-        .await
-        .expect("PUT");
-    assert_eq!(res.status(), StatusCode::OK, "PUT {id} on {port}: {}", res.text().await.unwrap_or_default());
+    let result = put_shared(&reqwest::Client::new(), port, id).await;
+    assert_eq!(result, Ok(()), "PUT {id} on {port}");
 }
 
 /// A page of the `modified` view after `since` (a bare cursor), through the instance on `port`.
@@ -251,9 +244,6 @@ async fn publishes_across_a_postgresql_restart_get_answers_and_none_acknowledged
     assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
 }
 
-/// One subscription's pushes, in arrival order: item id, `PreviousCursor`, `LastCursor`.
-type Received = Vec<(String, Option<String>, String)>;
-
 /// Publishes `PREFIX-0`, `PREFIX-1`, … in turn through the instance on `port`; the ids
 /// acknowledged. Refused or unanswered ones (the instance is down) are left out.
 async fn publish_all(port: u16, prefix: String, range: std::ops::Range<u32>) -> Vec<String> {
@@ -261,16 +251,8 @@ async fn publish_all(port: u16, prefix: String, range: std::ops::Range<u32>) -> 
     let mut acked = Vec::new();
     for i in range {
         let id = format!("{prefix}-{i}");
-        let res = client
-            .put(format!("http://127.0.0.1:{port}/feeds/shared/items/{id}"))
-            .bearer_auth(BOT)
-            .header("content-type", "application/atom+xml")
-            .body(entry(&format!("urn:{id}"), &id, None, &[]))
-            .send()
-            .await;
-        match res {
-            Ok(r) if r.status() == StatusCode::OK => acked.push(id),
-            Ok(r) => eprintln!("PUT {id} on {port}: {} {}", r.status(), r.text().await.unwrap_or_default()),
+        match put_shared(&client, port, &id).await {
+            Ok(()) => acked.push(id),
             Err(e) => eprintln!("PUT {id} on {port}: {e}"),
         }
     }
@@ -294,20 +276,6 @@ async fn publish_through(ports: &[(u16, &str)], range: std::ops::Range<u32>) -> 
 
 /// Concurrent publishers per instance: commits of the two instances interleave tightly.
 const PUBLISHERS: u32 = 3;
-
-/// Every push `conn` gets, by node, until each node has every id of `want` or `quiet` passes
-/// without a push.
-async fn collect(conn: &mut common::Client, nodes: &[&str], want: &HashSet<String>, quiet: Duration) -> Vec<Received> {
-    let mut got: Vec<Received> = vec![Vec::new(); nodes.len()];
-    let complete = |got: &Vec<Received>| got.iter().all(|r| want.iter().all(|id| r.iter().any(|(i, _, _)| i == id)));
-    while !complete(&got) {
-        let Some(m) = conn.next_message(quiet).await else { break };
-        let p = common::push::parse_push(&m);
-        let at = nodes.iter().position(|n| *n == p.node).unwrap_or_else(|| panic!("a push for {}", p.node));
-        got[at].push((p.item_id().to_string(), p.previous.clone(), p.last_cursor().to_string()));
-    }
-    got
-}
 
 /// Asserts that each publisher's items (`PREFIX-N`), at their first arrival, come in the
 /// order it wrote them: its commit order.

@@ -10,13 +10,17 @@
 //! let b = instance_on(&node_b, &url, &[node_b.component_addr()], http, "").await;
 //! ```
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use smartfeeds::store::postgres::scratch::TempServer;
 
+use super::client::Client;
 use super::logs;
 use super::process::free_port;
+use super::pubsub::entry;
+use super::push::parse_push;
 use super::server::{Server, TestServer};
 use super::smartfeeds::Smartfeeds;
 
@@ -91,5 +95,40 @@ pub async fn wait_logged(sf: &Smartfeeds, offset: u64, text: &str, limit: Durati
     while !logs::read_from(&sf.log_path(), offset).contains(text) {
         assert!(started.elapsed() < limit, "no {text:?} in the log within {limit:?}:\n{}", sf.log_tail(20));
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// PUTs the entry `id` (atom id `urn:ID`, title `ID`) into the feed `shared` as its
+/// publisher, through the instance whose HTTP face is on `port`; what went wrong, if
+/// anything (a refusal, or no answer from an instance that is down).
+pub async fn put_shared(client: &reqwest::Client, port: u16, id: &str) -> Result<(), String> {
+    let res = client
+        .put(format!("http://127.0.0.1:{port}/feeds/shared/items/{id}"))
+        .bearer_auth(BOT)
+        .header("content-type", "application/atom+xml")
+        .body(entry(&format!("urn:{id}"), id, None, &[]))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    match res.status() {
+        StatusCode::OK => Ok(()),
+        status => Err(format!("{status} {}", res.text().await.unwrap_or_default())),
+    }
+}
+
+/// One subscription's pushes in arrival order: item id, `PreviousCursor`, `LastCursor`.
+pub type Received = Vec<(String, Option<String>, String)>;
+
+/// Every push `conn` gets, by node, until each node has every id of `want` (then a second
+/// more, for late repeats) or `quiet` passes without a push.
+pub async fn collect(conn: &mut Client, nodes: &[&str], want: &HashSet<String>, quiet: Duration) -> Vec<Received> {
+    let mut got: Vec<Received> = vec![Vec::new(); nodes.len()];
+    loop {
+        let complete = got.iter().all(|r| want.iter().all(|id| r.iter().any(|(i, _, _)| i == id)));
+        let wait = if complete { Duration::from_secs(1) } else { quiet };
+        let Some(m) = conn.next_message(wait).await else { return got };
+        let p = parse_push(&m);
+        let at = nodes.iter().position(|n| *n == p.node).unwrap_or_else(|| panic!("a push for {}", p.node));
+        got[at].push((p.item_id().to_string(), p.previous.clone(), p.last_cursor().to_string()));
     }
 }
