@@ -140,8 +140,7 @@ impl<S: Store> Hub<S> {
     }
 
     /// Starts a task for every stored subscription without one; where instances share the
-    /// store, also ends the tasks of subscriptions another instance removed. The stored
-    /// subscriptions' ids.
+    /// store, also ends the tasks of subscriptions another instance removed.
     async fn load(self: &Arc<Self>) -> Result<(), FeedError> {
         let (mut after, mut ids) = (0, HashSet::new());
         loop {
