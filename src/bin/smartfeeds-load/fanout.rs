@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::link::{Inbox, Link};
 use crate::publish::default_prefix;
 use crate::report::{Report, Tally, percentiles};
-use crate::stanzas::{outcome, publish, push_facts, subscription};
+use crate::stanzas::{SyncHeaders, outcome, publish, push_facts, subscription, sync_headers};
 use crate::{Ctx, pool, procstat, scan};
 
 #[derive(Args, Debug, Clone)]
@@ -62,12 +62,15 @@ pub struct FanoutArgs {
     pub without_headers: bool,
 }
 
-/// The SHIM headers of one push copy.
-#[derive(Clone, Debug, PartialEq)]
-struct Headers {
-    last: Option<String>,
-    previous: Option<String>,
-    total: Option<String>,
+/// The first copy of one push to arrive.
+#[derive(Clone, Debug)]
+struct FirstCopy {
+    at: Instant,
+    /// Its SHIM headers.
+    headers: SyncHeaders,
+    /// Its `<headers/>` element as written: a later copy with the same bytes carries the
+    /// same headers, so only copies that differ are read.
+    raw: Vec<u8>,
 }
 
 /// What the collector saw.
@@ -77,10 +80,8 @@ struct Seen {
     copies: Vec<u8>,
     /// Subscribers still waited for, per publish.
     waiting: Vec<u32>,
-    /// Per publish: the headers of the first copy.
-    headers: Vec<Option<Headers>>,
-    /// Per publish: when the first copy arrived.
-    first: Vec<Option<Instant>>,
+    /// Per publish: its first copy.
+    first: Vec<Option<FirstCopy>>,
     /// Copies whose headers differ from the first copy's.
     header_mismatches: u64,
     /// Copies without SHIM headers.
@@ -127,7 +128,6 @@ async fn collect(
     let mut seen = Seen {
         copies: vec![0; s * publishes as usize],
         waiting: vec![expected; publishes as usize],
-        headers: vec![None; publishes as usize],
         first: vec![None; publishes as usize],
         ..Default::default()
     };
@@ -161,17 +161,21 @@ async fn collect(
             seen.duplicates += 1;
             continue;
         }
-        let h = Headers { last: facts.last_cursor, previous: facts.previous_cursor, total: facts.total_items };
-        if check_headers && (h.last.is_none() || h.total.is_none()) {
-            seen.no_headers += 1;
-        }
-        match &seen.headers[p as usize] {
+        let raw = facts.headers.unwrap_or_default();
+        let lacking = |h: &SyncHeaders| check_headers && (h.last_cursor.is_none() || h.total_items.is_none());
+        match &seen.first[p as usize] {
             None => {
-                seen.headers[p as usize] = Some(h);
-                seen.first[p as usize] = Some(now);
+                let headers = sync_headers(raw);
+                seen.no_headers += lacking(&headers) as u64;
+                seen.first[p as usize] = Some(FirstCopy { at: now, headers, raw: raw.to_vec() });
             }
-            Some(first) if check_headers && *first != h => seen.header_mismatches += 1,
-            Some(_) => {}
+            Some(_) if !check_headers => {}
+            Some(first) if first.raw == raw => seen.no_headers += lacking(&first.headers) as u64,
+            Some(first) => {
+                let headers = sync_headers(raw);
+                seen.no_headers += lacking(&headers) as u64;
+                seen.header_mismatches += (headers != first.headers) as u64;
+            }
         }
         let waiting = &mut seen.waiting[p as usize];
         *waiting -= 1;
@@ -246,10 +250,11 @@ async fn publish_one(
 /// before, and `TotalItems` grows by one. Counts the breaks.
 fn chain_breaks(seen: &Seen) -> u64 {
     let mut breaks = 0;
-    for pair in seen.headers.windows(2) {
+    for pair in seen.first.windows(2) {
         let (Some(a), Some(b)) = (&pair[0], &pair[1]) else { continue };
+        let (a, b) = (&a.headers, &b.headers);
         let count = |t: &Option<String>| t.as_deref().and_then(|t| t.parse::<u64>().ok());
-        if b.previous != a.last || count(&b.total) != count(&a.total).map(|t| t + 1) {
+        if b.previous_cursor != a.last_cursor || count(&b.total_items) != count(&a.total_items).map(|t| t + 1) {
             breaks += 1;
         }
     }
@@ -334,7 +339,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     let delivered = seen.copies.iter().filter(|&&n| n > 0).count() as u64;
     let breaks = if args.without_headers { 0 } else { chain_breaks(&seen) };
     let mut first_us: Vec<u64> = (seen.first.iter().zip(&sent_at))
-        .filter_map(|(first, sent)| Some(first.as_ref()?.duration_since(*sent).as_micros() as u64))
+        .filter_map(|(first, sent)| Some(first.as_ref()?.at.duration_since(*sent).as_micros() as u64))
         .collect();
     for (kind, n) in [
         ("duplicate notifications", seen.duplicates),
@@ -412,15 +417,20 @@ mod tests {
     #[test]
     fn header_chain_checks_cursor_and_count() {
         let h = |last: &str, prev: Option<&str>, total: u64| {
-            Some(Headers { last: Some(last.into()), previous: prev.map(String::from), total: Some(total.to_string()) })
+            let headers = SyncHeaders {
+                last_cursor: Some(last.into()),
+                previous_cursor: prev.map(String::from),
+                total_items: Some(total.to_string()),
+            };
+            Some(FirstCopy { at: Instant::now(), headers, raw: Vec::new() })
         };
         let good = Seen {
-            headers: vec![h("a", None, 1), h("b", Some("a"), 2), None, h("d", Some("c"), 9)],
+            first: vec![h("a", None, 1), h("b", Some("a"), 2), None, h("d", Some("c"), 9)],
             ..Default::default()
         };
         assert_eq!(chain_breaks(&good), 0);
         let bad =
-            Seen { headers: vec![h("a", None, 1), h("b", Some("x"), 2), h("c", Some("b"), 4)], ..Default::default() };
+            Seen { first: vec![h("a", None, 1), h("b", Some("x"), 2), h("c", Some("b"), 4)], ..Default::default() };
         assert_eq!(chain_breaks(&bad), 2);
     }
 }

@@ -150,20 +150,18 @@ fn markup(buf: &[u8], at: usize) -> Option<Markup> {
         let end = find_seq(&rest[prefix.len()..], terminator).map(|i| at + prefix.len() + i + terminator.len());
         Some(end.map(|end| Markup::Other { end }))
     };
-    if let Some(m) = skip_to(b"<!--", b"-->") {
-        return m;
-    }
-    if let Some(m) = skip_to(b"<![CDATA[", b"]]>") {
-        return m;
-    }
-    if let Some(m) = skip_to(b"<?", b"?>") {
-        return m;
-    }
-    if rest.len() < 2 {
-        return None;
-    }
-    if rest[1] == b'/' {
-        return find(rest, b'>').map(|i| Markup::Close { end: at + i + 1 });
+    match rest.get(1) {
+        None => return None,
+        Some(b'/') => return find(rest, b'>').map(|i| Markup::Close { end: at + i + 1 }),
+        // Only `<!` and `<?` may start a comment, a CDATA section or an instruction.
+        Some(b'!' | b'?') => {
+            for (prefix, terminator) in [(&b"<!--"[..], &b"-->"[..]), (b"<![CDATA[", b"]]>"), (b"<?", b"?>")] {
+                if let Some(m) = skip_to(prefix, terminator) {
+                    return m;
+                }
+            }
+        }
+        Some(_) => {}
     }
     let end = tag_end(buf, at)?;
     Some(Markup::Open { end, empty: buf[end - 2] == b'/' })

@@ -132,34 +132,61 @@ pub fn page_facts(reply: &Element) -> Option<PageFacts> {
     Some(facts)
 }
 
-/// What a push says: the item id it carries (published or retracted) and its SHIM headers.
-#[derive(Debug, Default, PartialEq)]
-pub struct PushFacts {
-    pub item: String,
+/// What a push says, found in its bytes: the item id it carries (published or retracted)
+/// and its SHIM `<headers/>` element as written (read with [`sync_headers`] when needed:
+/// the copies of one push carry the same bytes, so comparing them is enough for all but
+/// the first).
+#[derive(Debug, PartialEq)]
+pub struct PushFacts<'a> {
+    pub item: Cow<'a, str>,
+    pub headers: Option<&'a [u8]>,
+}
+
+/// The SHIM sync headers of a push.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncHeaders {
     pub total_items: Option<String>,
     pub previous_cursor: Option<String>,
     pub last_cursor: Option<String>,
 }
 
-/// The facts of a message given as bytes (see `scan`); `None` when it is not a pubsub
-/// event with one item.
-pub fn push_facts(message: &[u8]) -> Option<PushFacts> {
-    let event = scan::child(message, "event", NS_PUBSUB_EVENT)?;
-    let items = scan::child(event, "items", NS_PUBSUB_EVENT)?;
-    let item = scan::children(items).find(|c| matches!(scan::name(c), b"item" | b"retract"))?;
-    let mut facts = PushFacts { item: scan::attr(item, "id")?.into_owned(), ..Default::default() };
-    if let Some(headers) = scan::child(message, "headers", NS_SHIM) {
-        for h in scan::children(headers).filter(|h| scan::name(h) == b"header") {
-            let slot = match scan::attr(h, "name").as_deref() {
-                Some("TotalItems") => &mut facts.total_items,
-                Some("PreviousCursor") => &mut facts.previous_cursor,
-                Some("LastCursor") => &mut facts.last_cursor,
-                _ => continue,
-            };
-            *slot = Some(scan::text(h).into_owned());
+/// The facts of a message given as bytes (see `scan`), in one pass over its children;
+/// `None` when it is not a pubsub event with one item.
+pub fn push_facts(message: &[u8]) -> Option<PushFacts<'_>> {
+    let (mut item, mut headers) = (None, None);
+    for child in scan::children(message) {
+        match scan::name(child) {
+            b"event" if in_ns(child, NS_PUBSUB_EVENT) => {
+                let items = scan::child(child, "items", NS_PUBSUB_EVENT)?;
+                let it = scan::children(items).find(|c| matches!(scan::name(c), b"item" | b"retract"))?;
+                item = Some(scan::attr(it, "id")?);
+            }
+            b"headers" if in_ns(child, NS_SHIM) => headers = Some(child),
+            _ => {}
         }
     }
-    Some(facts)
+    Some(PushFacts { item: item?, headers })
+}
+
+/// Whether `el` declares namespace `ns` (or none, inheriting it as every service measured
+/// here writes it).
+fn in_ns(el: &[u8], ns: &str) -> bool {
+    scan::attr(el, "xmlns").is_none_or(|x| x == ns)
+}
+
+/// The sync headers in a `<headers/>` element given as bytes.
+pub fn sync_headers(headers: &[u8]) -> SyncHeaders {
+    let mut out = SyncHeaders::default();
+    for h in scan::children(headers).filter(|h| scan::name(h) == b"header") {
+        let slot = match scan::attr(h, "name").as_deref() {
+            Some("TotalItems") => &mut out.total_items,
+            Some("PreviousCursor") => &mut out.previous_cursor,
+            Some("LastCursor") => &mut out.last_cursor,
+            _ => continue,
+        };
+        *slot = Some(scan::text(h).into_owned());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -176,10 +203,10 @@ mod tests {
              <header name='LastCursor'>3_0_4</header></headers></message>"
         );
         let facts = push_facts(push.as_bytes()).unwrap();
+        assert_eq!(facts.item, "f-7");
         assert_eq!(
-            facts,
-            PushFacts {
-                item: "f-7".into(),
+            sync_headers(facts.headers.unwrap()),
+            SyncHeaders {
                 total_items: Some("8".into()),
                 previous_cursor: Some("1_0_2".into()),
                 last_cursor: Some("3_0_4".into()),
