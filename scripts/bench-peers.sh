@@ -50,6 +50,9 @@
 #   BENCH_FANOUT_PUBLISHES   publishes per fan-out run, one at a time [20]
 #   BENCH_FANOUT_PUBLISHER   "apart": publish through a second component connection
 #                            (publisher.localhost), not the subscribers' own [same]
+#   BENCH_FANOUT_RECEIVERS   connections the notifications arrive over [1]; above 1 needs
+#                            BENCH_FANOUT_PUBLISHER=apart and a host that spreads a
+#                            component's messages over its connections (ejabberd only)
 #   BENCH_DURATION           cap in seconds on each run [300]
 #   BENCH_OUT                also append the JSON lines to this file [none]
 #   BENCH_KEEP=1             keep the temporary directory (logs, databases)
@@ -80,6 +83,7 @@ case "${BENCH_FANOUT_PUBLISHER:-same}" in
 	apart) publisher=(--publisher publisher.localhost) ;;
 	*) echo "BENCH_FANOUT_PUBLISHER: same or apart" >&2; exit 2 ;;
 esac
+fanout_receivers=${BENCH_FANOUT_RECEIVERS:-1}
 
 log() { printf 'bench-peers: %s\n' "$*" >&2; }
 
@@ -420,7 +424,8 @@ for host in $hosts; do
 					*/pull) run "$host/$name" "$jid" pull --pages "$pull_pages" --max "$pull_max" \
 						--in-flight "$pull_in_flight" "--$paging" ;;
 					*/fanout) run "$host/$name" "$jid" fanout --subscribers "$fanout_subscribers" \
-						--publishes "$fanout_publishes" --in-flight 64 "${headers[@]}" "${publisher[@]}" ;;
+						--publishes "$fanout_publishes" --in-flight 64 "${headers[@]}" "${publisher[@]}" \
+						--receivers "$fanout_receivers" ;;
 					*) log "unknown mode '$mode' (publish, pull, fanout)"; exit 2 ;;
 				esac
 			done
@@ -439,5 +444,5 @@ if [ -n "${BENCH_OUT:-}" ]; then
 fi
 echo "# $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1); load average at start: $load_at_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# prosody $(dpkg-query -W -f='${Version}' prosody 2>/dev/null || echo '?'), ejabberd $(dpkg-query -W -f='${Version}' ejabberd 2>/dev/null || echo '?'); $rounds rounds"
-echo "# publish: $publish_items entries, $publish_in_flight in flight; pull: $pull_pages pages of $pull_max, $pull_in_flight in flight; fan-out: $fanout_subscribers subscribers x $fanout_publishes publishes, publisher ${BENCH_FANOUT_PUBLISHER:-same}"
+echo "# publish: $publish_items entries, $publish_in_flight in flight; pull: $pull_pages pages of $pull_max, $pull_in_flight in flight; fan-out: $fanout_subscribers subscribers x $fanout_publishes publishes, publisher ${BENCH_FANOUT_PUBLISHER:-same}, $fanout_receivers receiving connection(s)"
 "$load" compare "$results"

@@ -47,6 +47,13 @@ pub struct FanoutArgs {
     /// process that also receives them all. The service must let this domain publish.
     #[arg(long)]
     pub publisher: Option<String>,
+    /// Receive the notifications over this many connections of our domain (the first is
+    /// the one that subscribes). One connection is one process in the server that every
+    /// copy passes through, which bounds both services alike; users of a real server each
+    /// have a session of their own. A server that takes several connections for one
+    /// component spreads the copies over them (ejabberd; Prosody refuses a second one).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub receivers: u32,
     /// Item id prefix (default: `f` and the current Unix time in ms).
     #[arg(long)]
     pub prefix: Option<String>,
@@ -263,6 +270,11 @@ fn chain_breaks(seen: &Seen) -> u64 {
 
 pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, String> {
     let c = &ctx.common;
+    // The server may hand any receiver an answer meant for another's iq: only the
+    // publisher's connection, which is not one of them, may ask while they are up.
+    if args.receivers > 1 && args.publisher.is_none() {
+        return Err("--receivers above 1 needs --publisher".into());
+    }
     let prefix = args.prefix.clone().unwrap_or_else(|| default_prefix("f"));
     let all: Vec<u32> = (0..args.subscribers).collect();
 
@@ -283,6 +295,13 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
         publishes: args.publishes,
         check_headers: !args.without_headers,
     };
+    let mut receivers = Vec::new();
+    for _ in 1..args.receivers {
+        let link = Link::connect_into(c.server, &c.component, &c.secret, ctx.link.inbox())
+            .await
+            .map_err(|e| format!("cannot log in as one more {} at {}: {e}", c.component, c.server))?;
+        receivers.push(link);
+    }
     let collector = tokio::spawn(collect(inbox, expected, done_tx, stop_rx));
 
     let publisher = match &args.publisher {
@@ -334,6 +353,14 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     tokio::time::sleep(Duration::from_secs_f64(args.settle.clamp(0.0, 60.0))).await;
     let _ = stop_tx.send(());
     let seen = collector.await.map_err(|e| format!("collector task failed: {e}"))?;
+    // Closed, and gone from the server's routes, before the unsubscribes' answers come.
+    for link in &receivers {
+        link.close();
+    }
+    let closing = Instant::now();
+    while receivers.iter().any(|l| l.closed_reason().is_none()) && closing.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let expected = acks.lat_us.len() as u64 * n_subscribed;
     let delivered = seen.copies.iter().filter(|&&n| n > 0).count() as u64;
@@ -371,6 +398,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     let tool_cpu = cpu.get(2).copied().flatten();
     report.num("tool_cpu_us_per_notification", tool_cpu.filter(|_| delivered > 0).map(|s| s * 1e6 / delivered as f64));
     report.str("publisher", args.publisher.as_deref().unwrap_or(&c.component));
+    report.num("receivers", Some(args.receivers as f64));
     report.int("subscribers", n_subscribed);
     report.int("publishes", sent_at.len() as u64);
     report.int("publish_errors", acks.error_count());

@@ -72,6 +72,8 @@ pub struct Link {
     pending: Pending,
     next_id: AtomicU64,
     closed: Arc<Mutex<Option<String>>>,
+    /// Feeds the [`Inbox`] (kept so that more connections can feed it too).
+    inbox: mpsc::UnboundedSender<Vec<u8>>,
 }
 
 /// Stanzas the server sent that are not replies to our iqs (messages, that is pushes, and
@@ -81,21 +83,39 @@ pub struct Inbox(pub mpsc::UnboundedReceiver<Vec<u8>>);
 impl Link {
     /// Connects to `addr` as the component `domain` and logs in with `secret`.
     pub async fn connect(addr: SocketAddr, domain: &str, secret: &str) -> Result<(Arc<Link>, Inbox), String> {
+        let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
+        Ok((Link::connect_into(addr, domain, secret, inbox_tx).await?, Inbox(inbox_rx)))
+    }
+
+    /// Connects as [`connect`](Self::connect) does, with what the server sends going to
+    /// an existing inbox (see [`inbox`](Self::inbox)): one more connection of the same
+    /// component, whose messages the same reader counts.
+    pub async fn connect_into(
+        addr: SocketAddr,
+        domain: &str,
+        secret: &str,
+        inbox: mpsc::UnboundedSender<Vec<u8>>,
+    ) -> Result<Arc<Link>, String> {
         let (reader, w) = tokio::time::timeout(LOGIN_TIMEOUT, login(addr, domain, secret))
             .await
             .map_err(|_| format!("no login within {LOGIN_TIMEOUT:?}"))??;
         let (out, out_rx) = mpsc::unbounded_channel();
-        let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
         let link = Arc::new(Link {
             domain: domain.to_string(),
             out,
             pending: Arc::default(),
             next_id: AtomicU64::new(0),
             closed: Arc::default(),
+            inbox: inbox.clone(),
         });
         tokio::spawn(write_loop(w, out_rx, link.closed.clone()));
-        tokio::spawn(read_loop(reader, link.pending.clone(), inbox_tx, link.out.clone(), link.closed.clone()));
-        Ok((link, Inbox(inbox_rx)))
+        tokio::spawn(read_loop(reader, link.pending.clone(), inbox, link.out.clone(), link.closed.clone()));
+        Ok(link)
+    }
+
+    /// Where this connection's messages go, for [`connect_into`](Self::connect_into).
+    pub fn inbox(&self) -> mpsc::UnboundedSender<Vec<u8>> {
+        self.inbox.clone()
     }
 
     /// Our domain.
