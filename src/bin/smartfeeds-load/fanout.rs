@@ -398,7 +398,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     let tool_cpu = cpu.get(2).copied().flatten();
     report.num("tool_cpu_us_per_notification", tool_cpu.filter(|_| delivered > 0).map(|s| s * 1e6 / delivered as f64));
     report.str("publisher", args.publisher.as_deref().unwrap_or(&c.component));
-    report.num("receivers", Some(args.receivers as f64));
+    report.int("receivers", u64::from(args.receivers));
     report.int("subscribers", n_subscribed);
     report.int("publishes", sent_at.len() as u64);
     report.int("publish_errors", acks.error_count());

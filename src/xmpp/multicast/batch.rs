@@ -41,6 +41,14 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The smallest batch sent as one multicast message: `min_recipients`, and never one
+    /// recipient alone.
+    fn fewest(&self) -> usize {
+        self.min_recipients.max(2)
+    }
+}
+
 /// One stanza to write.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outgoing {
@@ -103,7 +111,7 @@ pub fn plan(pushes: Vec<Push>, service: &str, limits: &Limits) -> Vec<Outgoing> 
 /// growing from `first_batch` addresses (see [`Limits::first_batch`]).
 fn split(group: Vec<Push>, service: &str, limits: &Limits, out: &mut Vec<Outgoing>) {
     let max_addresses = limits.max_addresses.unwrap_or(usize::MAX).max(1);
-    let mut ramp = limits.first_batch.max(limits.min_recipients).max(2);
+    let mut ramp = limits.first_batch.max(limits.fewest());
     let mut batch: Vec<Push> = Vec::new();
     let mut bytes = 0;
     for push in group {
@@ -134,7 +142,7 @@ fn flush(batch: Vec<Push>, service: &str, limits: &Limits, out: &mut Vec<Outgoin
     let id = batch_id(first);
     let too_big = MulticastPush::envelope_len(&first.body, service, &id) + MulticastPush::address_len(&first.to)
         > limits.max_bytes;
-    if batch.len() < limits.min_recipients.max(2) || too_big {
+    if batch.len() < limits.fewest() || too_big {
         out.extend(batch.into_iter().map(Outgoing::Single));
         return;
     }

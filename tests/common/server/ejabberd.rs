@@ -6,11 +6,11 @@
 //! (`ejabberd_test_PID_N@localhost`), cookie and distribution port: with `ERL_DIST_PORT` set,
 //! ejabberdctl starts no epmd and the node is reachable only on that port, so instances share
 //! nothing (the nodes of an [`EjabberdCluster`](super::EjabberdCluster) are the exception:
-//! they find each other through an epmd of their own). The node runs as `ejabberdctl --config-dir DIR foreground`; run as root,
-//! ejabberdctl switches to the `ejabberd` user through `su`, so the directory is handed to
-//! that user first. `su -c` starts the Erlang VM in a session of its own: the VM
-//! (`beam.smp`) is found among the descendants of the ejabberdctl process, handed to the
-//! watchdog and killed by pid.
+//! they find each other through an epmd of their own). The node runs as
+//! `ejabberdctl --config-dir DIR foreground`; run as root, ejabberdctl switches to the
+//! `ejabberd` user through `su`, so the directory is handed to that user first. `su -c`
+//! starts the Erlang VM in a session of its own: the VM (`beam.smp`) is found among the
+//! descendants of the ejabberdctl process, handed to the watchdog and killed by pid.
 //!
 //! Ready: the log line "ejabberd 23.01 is started in the node …" and the c2s, component
 //! and API ports accepting connections. A port taken in between: ejabberd logs "Failed to
