@@ -17,6 +17,9 @@
 #   EJABBERD_NODE            Erlang node name [ejabberd_smartfeeds@localhost]
 #   EJABBERD_SECRET          secret of the external components [secret]
 #   EJABBERD_LOG_LEVEL       debug, info, warning, error [info]
+#   EJABBERD_ANONYMOUS=1     also take SASL ANONYMOUS logins on localhost (a session with
+#                            a made-up name, gone when it ends): the load tool's client
+#                            sessions (smartfeeds-load fanout --sessions) [off]
 #
 # Demo accounts (created or reset on every start), all with the password "password"
 # (the test harness creates the same ones):
@@ -88,6 +91,12 @@ sed -e "s|@C2S_PORT@|$c2s_port|g" \
     -e "s|@SECRET@|$secret|g" \
     -e "s|@LOG_LEVEL@|$log_level|g" \
     "$here/ejabberd.yml" > "$run_dir/ejabberd.yml"
+if [ "${EJABBERD_ANONYMOUS:-0}" = 1 ]; then
+	sed -i -e 's|^auth_method: internal$|auth_method: [internal, anonymous]\nanonymous_protocol: sasl_anon|' \
+		"$run_dir/ejabberd.yml"
+	grep -q '^anonymous_protocol: sasl_anon$' "$run_dir/ejabberd.yml" \
+		|| { echo "EJABBERD_ANONYMOUS: no 'auth_method: internal' line in ejabberd.yml" >&2; exit 1; }
+fi
 sed -e "s|@NODE@|$node|g" \
     -e "s|@DIST_PORT@|$dist_port|g" \
     -e "s|@COOKIE@|$cookie|g" \
@@ -100,6 +109,19 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 ejabberdctl() { "$ctl" --config-dir "$run_dir" "$@"; }
+
+# Runs the node itself. As root, ejabberdctl switches to the ejabberd user through su, whose
+# PAM session puts the open-file limit back to 1024: too few for a few thousand clients
+# ("Failed TCP accept: too many open files"). setpriv switches without PAM and keeps this
+# shell's limit, raised to its hard limit first.
+run_node() {
+	ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+	if [ "$(id -u)" = 0 ]; then
+		HOME=$run_dir setpriv --reuid=ejabberd --regid=ejabberd --init-groups "$ctl" --config-dir "$run_dir" "$@"
+	else
+		ejabberdctl "$@"
+	fi
+}
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -138,7 +160,7 @@ banner() {
 # ejabberdctl runs the node attached, its output (the log, and what the VM prints before
 # its logger runs, e.g. "eaddrinuse" for a taken distribution port) in ejabberd.out.
 if [ "$background" = 1 ]; then
-	nohup "$ctl" --config-dir "$run_dir" foreground >"$run_dir/ejabberd.out" 2>&1 &
+	(trap "" HUP; run_node foreground) >"$run_dir/ejabberd.out" 2>&1 &
 	pid=$!
 	wait_ready "$pid" || exit 1
 	create_users
@@ -147,7 +169,7 @@ if [ "$background" = 1 ]; then
 	exit 0
 fi
 
-ejabberdctl foreground >"$run_dir/ejabberd.out" 2>&1 &
+run_node foreground >"$run_dir/ejabberd.out" 2>&1 &
 pid=$!
 # ctrl-c reaches ejabberdctl but not the Erlang VM (su starts it in a session of its own):
 # stop the node the supported way instead.

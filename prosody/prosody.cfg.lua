@@ -99,6 +99,14 @@ Component "publisher.localhost"
 Component "pubsub.localhost" "pubsub"
 	admins = { "bench.localhost" }
 
+-- Anonymous logins (SASL ANONYMOUS: a made-up name, gone when the session ends) on
+-- anon.localhost, for the load tool's client sessions (smartfeeds-load fanout --sessions).
+-- Left out unless Prosody starts with PROSODY_ANONYMOUS=1 in its environment.
+if ENV_PROSODY_ANONYMOUS == "1" then
+	VirtualHost "anon.localhost"
+		authentication = "anonymous"
+end
+
 -- The same service with Prosody's in-memory store: nothing is written to disk, so nothing
 -- survives a restart; its figures show what the file store costs.
 Component "pubsub-mem.localhost" "pubsub"

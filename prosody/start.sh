@@ -13,6 +13,8 @@
 #                           for feeds.localhost (prosody/mod_component_multicast.lua)
 #   PROSODY_NETWORK_DEFAULTS=1  leave out the network tuning of prosody.cfg.lua (read size,
 #                           Nagle), to measure Prosody as it comes
+#   PROSODY_ANONYMOUS=1     add anon.localhost, a host of anonymous logins (SASL ANONYMOUS):
+#                           the load tool's client sessions (smartfeeds-load fanout --sessions)
 #
 # Demo accounts (created or reset on every start), all with the password "password"
 # (the test harness creates the same ones):

@@ -53,6 +53,10 @@
 #   BENCH_FANOUT_RECEIVERS   connections the notifications arrive over [1]; above 1 needs
 #                            BENCH_FANOUT_PUBLISHER=apart and a host that spreads a
 #                            component's messages over its connections (ejabberd only)
+#   BENCH_FANOUT_SESSIONS=1  the subscribers are client sessions of the host (anonymous
+#                            logins on its c2s port, one connection each) instead of JIDs
+#                            of bench.localhost; publishes go through bench.localhost
+#                            (not with BENCH_FANOUT_PUBLISHER or BENCH_FANOUT_RECEIVERS)
 #   BENCH_DURATION           cap in seconds on each run [300]
 #   BENCH_OUT                also append the JSON lines to this file [none]
 #   BENCH_KEEP=1             keep the temporary directory (logs, databases)
@@ -84,17 +88,25 @@ case "${BENCH_FANOUT_PUBLISHER:-same}" in
 	*) echo "BENCH_FANOUT_PUBLISHER: same or apart" >&2; exit 2 ;;
 esac
 fanout_receivers=${BENCH_FANOUT_RECEIVERS:-1}
+fanout_sessions=${BENCH_FANOUT_SESSIONS:-0}
+if [ "$fanout_sessions" = 1 ] && { [ ${#publisher[@]} != 0 ] || [ "$fanout_receivers" != 1 ]; }; then
+	echo "BENCH_FANOUT_SESSIONS=1 publishes through bench.localhost: no BENCH_FANOUT_PUBLISHER or _RECEIVERS" >&2
+	exit 2
+fi
 
 log() { printf 'bench-peers: %s\n' "$*" >&2; }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# Sets the variable named $1 to a free port above 20000 that no other port of this run took.
+# Sets the variable named $1 to a free port that no other port of this run took, below the
+# kernel's ephemeral range: a run of thousands of client sessions leaves as many closed
+# connections on ephemeral ports (TIME_WAIT), and a server cannot listen on one of those.
 taken=" "
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() {
 	local p
 	for _ in $(seq 1 100); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((10000 + RANDOM % (ephemeral_low - 10000)))
 		if [[ $taken != *" $p "* ]] && ! port_in_use "$p"; then
 			taken="$taken$p "
 			printf -v "$1" '%s' "$p"
@@ -213,13 +225,15 @@ trap 'exit 130' INT TERM
 
 secret="bench-$$-$RANDOM"
 
-# Starts Prosody in $tmp/$host; sets component_port, server_pid, stop_server.
+# Starts Prosody in $tmp/$host; sets c2s, session_domain (its anonymous
+# logins), component_port, server_pid, stop_server.
 start_prosody() {
-	local dir=$tmp/$host c2s
+	local dir=$tmp/$host
 	free_port c2s
+	session_domain=anon.localhost
 	free_port component_port
 	log "starting Prosody (c2s $c2s, components $component_port) in $dir"
-	PROSODY_RUN_DIR=$dir PROSODY_C2S_PORT=$c2s PROSODY_COMPONENT_PORT=$component_port \
+	PROSODY_RUN_DIR=$dir PROSODY_C2S_PORT=$c2s PROSODY_COMPONENT_PORT=$component_port PROSODY_ANONYMOUS=$fanout_sessions \
 		PROSODY_SECRET=$secret PROSODY_LOG_LEVEL=warn "$repo/prosody/start.sh" --background >"$tmp/prosody-start.out"
 	if ! wait_port "$component_port" 15; then
 		log "Prosody did not come up:"
@@ -239,10 +253,12 @@ start_prosody-defaults() {
 	PROSODY_NETWORK_DEFAULTS=1 start_prosody
 }
 
-# Starts ejabberd in $tmp/ejabberd; sets component_port, server_pid, stop_server.
+# Starts ejabberd in $tmp/ejabberd; sets c2s, session_domain (its anonymous logins),
+# component_port, server_pid, stop_server.
 start_ejabberd() {
-	local dir=$tmp/ejabberd c2s api dist
+	local dir=$tmp/ejabberd api dist
 	free_port c2s
+	session_domain=localhost
 	free_port component_port
 	free_port api
 	free_port dist
@@ -250,6 +266,7 @@ start_ejabberd() {
 	EJABBERD_RUN_DIR=$dir EJABBERD_C2S_PORT=$c2s EJABBERD_COMPONENT_PORT=$component_port \
 		EJABBERD_API_PORT=$api EJABBERD_DIST_PORT=$dist \
 		EJABBERD_NODE="smartfeeds_bench_$$@localhost" EJABBERD_SECRET=$secret EJABBERD_LOG_LEVEL=warning \
+		EJABBERD_ANONYMOUS=$fanout_sessions \
 		"$repo/ejabberd/start.sh" --background >"$tmp/ejabberd-start.out" 2>&1 || {
 		log "ejabberd did not come up:"
 		cat "$tmp/ejabberd-start.out" >&2
@@ -388,6 +405,11 @@ fi
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for host in $hosts; do
 	"start_$host"
+	if [ "$fanout_sessions" = 1 ]; then
+		subscribers=(--sessions "127.0.0.1:$c2s" --session-domain "$session_domain")
+	else
+		subscribers=("${publisher[@]}" --receivers "$fanout_receivers")
+	fi
 	: >"$tmp/smartfeeds-$host.log"
 	start_smartfeeds "$host" true sqlite
 	mapfile -t services < <(services_of "$host" | grep -E -- "^[^ ]*($only)")
@@ -424,8 +446,7 @@ for host in $hosts; do
 					*/pull) run "$host/$name" "$jid" pull --pages "$pull_pages" --max "$pull_max" \
 						--in-flight "$pull_in_flight" "--$paging" ;;
 					*/fanout) run "$host/$name" "$jid" fanout --subscribers "$fanout_subscribers" \
-						--publishes "$fanout_publishes" --in-flight 64 "${headers[@]}" "${publisher[@]}" \
-						--receivers "$fanout_receivers" ;;
+						--publishes "$fanout_publishes" --in-flight 64 "${headers[@]}" "${subscribers[@]}" ;;
 					*) log "unknown mode '$mode' (publish, pull, fanout)"; exit 2 ;;
 				esac
 			done
@@ -444,5 +465,5 @@ if [ -n "${BENCH_OUT:-}" ]; then
 fi
 echo "# $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1); load average at start: $load_at_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# prosody $(dpkg-query -W -f='${Version}' prosody 2>/dev/null || echo '?'), ejabberd $(dpkg-query -W -f='${Version}' ejabberd 2>/dev/null || echo '?'); $rounds rounds"
-echo "# publish: $publish_items entries, $publish_in_flight in flight; pull: $pull_pages pages of $pull_max, $pull_in_flight in flight; fan-out: $fanout_subscribers subscribers x $fanout_publishes publishes, publisher ${BENCH_FANOUT_PUBLISHER:-same}, $fanout_receivers receiving connection(s)"
+echo "# publish: $publish_items entries, $publish_in_flight in flight; pull: $pull_pages pages of $pull_max, $pull_in_flight in flight; fan-out: $fanout_subscribers subscribers x $fanout_publishes publishes, publisher ${BENCH_FANOUT_PUBLISHER:-same}, $fanout_receivers receiving connection(s), client sessions: $fanout_sessions"
 "$load" compare "$results"

@@ -4,6 +4,9 @@
 //!    sent *from* the JID it subscribes: smartfeeds (like XEP-0060 §6.1.3.1) wants the
 //!    subscribed JID's bare JID to be the sender's, and a component may send from any JID
 //!    of its domain. The node must exist (smartfeeds: publish to it once first).
+//!    With `--sessions`, the subscribers are client sessions of the server instead
+//!    (`session`: anonymous logins, one connection each), each subscribing its own bare JID
+//!    over its own session, as real readers do.
 //! 2. Publishes P items one at a time (from `--from`, default our domain) and, for each,
 //!    measures the time from sending the publish until the last of the S notifications
 //!    for that item has arrived. The next publish starts then (or after `--timeout`).
@@ -18,14 +21,18 @@
 //! checks (`scan`), so the tool's own CPU per notification (`tool_cpu_us_per_notification`,
 //! about 7 µs) stays far below the server's and the service's.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use tokio::sync::{mpsc, oneshot};
+use futures::StreamExt;
+use std::net::SocketAddr;
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::link::{Inbox, Link};
 use crate::publish::default_prefix;
 use crate::report::{Report, Tally, percentiles};
+use crate::session::Session;
 use crate::stanzas::{SyncHeaders, outcome, publish, push_facts, subscription, sync_headers};
 use crate::{Ctx, pool, procstat, scan};
 
@@ -54,6 +61,16 @@ pub struct FanoutArgs {
     /// component spreads the copies over them (ejabberd; Prosody refuses a second one).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub receivers: u32,
+    /// Subscribers are users of the server instead of JIDs of our component: one client
+    /// session each, logged in anonymously (SASL ANONYMOUS) on the server's c2s port at
+    /// this address, each subscribing over its own session. Every copy then reaches its
+    /// own session process in the server, as with real readers, instead of all passing
+    /// through our component's one connection. The publishes go through our component.
+    #[arg(long, value_name = "C2S_ADDR")]
+    pub sessions: Option<std::net::SocketAddr>,
+    /// The server domain the sessions log in to (it must allow anonymous logins).
+    #[arg(long, default_value = "localhost")]
+    pub session_domain: String,
     /// Item id prefix (default: `f` and the current Unix time in ms).
     #[arg(long)]
     pub prefix: Option<String>,
@@ -109,10 +126,27 @@ fn subscriber_index(to: &str, domain: &str, subscribers: u32) -> Option<u32> {
     (host == domain && i < subscribers).then_some(i)
 }
 
+/// Who the subscribers are.
+enum Subscribers {
+    /// `sub{i}@DOMAIN`, JIDs of our component, `i < count`.
+    Numbered { domain: String, count: u32 },
+    /// Client sessions: subscriber `i`'s bare JID maps to `i`.
+    Named(HashMap<String, u32>),
+}
+
+impl Subscribers {
+    /// Which subscriber a push addressed `to` is for.
+    fn index(&self, to: &str) -> Option<u32> {
+        match self {
+            Subscribers::Numbered { domain, count } => subscriber_index(to, domain, *count),
+            Subscribers::Named(jids) => jids.get(to.split('/').next()?).copied(),
+        }
+    }
+}
+
 /// What the collector expects to see.
 struct Expected {
-    /// Our domain: subscribers are `sub{i}@DOMAIN`.
-    domain: String,
+    who: Subscribers,
     /// The run's item id prefix.
     prefix: String,
     /// Which subscribers did subscribe.
@@ -129,7 +163,7 @@ async fn collect(
     done: mpsc::UnboundedSender<(u32, Instant)>,
     mut stop: oneshot::Receiver<()>,
 ) -> Seen {
-    let Expected { domain, prefix, subscribed, publishes, check_headers } = expected;
+    let Expected { who, prefix, subscribed, publishes, check_headers } = expected;
     let s = subscribed.len();
     let expected = subscribed.iter().filter(|&&b| b).count() as u32;
     let mut seen = Seen {
@@ -145,7 +179,7 @@ async fn collect(
             _ = &mut stop => break,
         };
         let now = Instant::now();
-        let to = scan::attr(&el, "to").and_then(|to| subscriber_index(&to, &domain, s as u32));
+        let to = scan::attr(&el, "to").and_then(|to| who.index(&to));
         let facts = if scan::name(&el) == b"message" { push_facts(&el) } else { None };
         if let (Some(_), Some(f)) = (to, &facts)
             && !f.item.starts_with(&item_prefix)
@@ -215,6 +249,63 @@ async fn subscriptions(ctx: &Ctx, op: &'static str, who: &[u32], deadline: Insta
     (tally, outcomes.into_inner())
 }
 
+/// Opens `n` client sessions on the c2s port at `addr`, each subscribing its own bare JID;
+/// the subscribe outcomes and the sessions that subscribed, by index.
+async fn open_sessions(ctx: &Ctx, addr: SocketAddr, domain: &str, n: u32) -> (Tally, Vec<Option<Session>>) {
+    let c = &ctx.common;
+    let open_one = |k: usize| async move {
+        let outcome = async {
+            let mut session = Session::open(addr, domain).await?;
+            let payload = subscription("subscribe", &c.node, &session.jid);
+            let t0 = Instant::now();
+            let reply = tokio::time::timeout(ctx.timeout(), session.iq("set", Some(&c.service), &payload))
+                .await
+                .map_err(|_| "timeout".to_string())??;
+            outcome(&reply)?;
+            Ok::<_, String>((session, t0.elapsed()))
+        };
+        (k, outcome.await)
+    };
+    let opened: Vec<_> = futures::stream::iter(0..n as usize)
+        .take_while(|_| std::future::ready(Instant::now() < ctx.deadline))
+        .map(open_one)
+        .buffer_unordered(c.in_flight as usize)
+        .collect()
+        .await;
+    let mut tally = Tally::default();
+    let mut sessions: Vec<Option<Session>> = (0..n).map(|_| None).collect();
+    for (k, opened) in opened {
+        match opened {
+            Ok((session, latency)) => {
+                tally.ok(latency);
+                sessions[k] = Some(session);
+            }
+            Err(kind) => tally.error(kind),
+        }
+    }
+    (tally, sessions)
+}
+
+/// Unsubscribes each session (when `unsubscribe`) and ends it; the unsubscribe outcomes.
+async fn close_sessions(ctx: &Ctx, sessions: Vec<Session>, unsubscribe: bool) -> Tally {
+    let c = &ctx.common;
+    let close_one = |mut session: Session| async move {
+        let t0 = Instant::now();
+        let outcome = if unsubscribe {
+            let payload = subscription("unsubscribe", &c.node, &session.jid);
+            match tokio::time::timeout(ctx.timeout(), session.iq("set", Some(&c.service), &payload)).await {
+                Ok(reply) => reply.and_then(|r| outcome(&r)),
+                Err(_) => Err("timeout".to_string()),
+            }
+        } else {
+            Ok(())
+        };
+        session.close().await;
+        outcome.map(|()| t0.elapsed())
+    };
+    pool::run_each(futures::stream::iter(sessions), c.in_flight, close_one).await
+}
+
 /// Publishes item `p` (sent at `sent`) and waits for its ack and for the collector to
 /// report it complete. Returns the ack outcome and, when every subscriber got it, the time
 /// to the last copy.
@@ -275,11 +366,30 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     if args.receivers > 1 && args.publisher.is_none() {
         return Err("--receivers above 1 needs --publisher".into());
     }
+    if args.sessions.is_some() && (args.receivers > 1 || args.publisher.is_some()) {
+        return Err("--sessions receive over client sessions and publish through our component: \
+                    no --receivers or --publisher with it"
+            .into());
+    }
     let prefix = args.prefix.clone().unwrap_or_else(|| default_prefix("f"));
     let all: Vec<u32> = (0..args.subscribers).collect();
 
     let sub_started = Instant::now();
-    let (mut sub_tally, subscribed) = subscriptions(ctx, "subscribe", &all, ctx.deadline).await;
+    let (mut sub_tally, subscribed, who, sessions) = match args.sessions {
+        None => {
+            let (tally, subscribed) = subscriptions(ctx, "subscribe", &all, ctx.deadline).await;
+            let who = Subscribers::Numbered { domain: c.component.clone(), count: args.subscribers };
+            (tally, subscribed, who, Vec::new())
+        }
+        Some(addr) => {
+            // Every session is a socket here.
+            let _ = rlimit::increase_nofile_limit(u64::MAX);
+            let (tally, sessions) = open_sessions(ctx, addr, &args.session_domain, args.subscribers).await;
+            let subscribed = sessions.iter().map(Option::is_some).collect();
+            let jids = sessions.iter().enumerate().filter_map(|(i, s)| Some((s.as_ref()?.jid.clone(), i as u32)));
+            (tally, subscribed, Subscribers::Named(jids.collect()), sessions)
+        }
+    };
     let sub_elapsed = sub_started.elapsed();
     let n_subscribed = subscribed.iter().filter(|&&b| b).count() as u64;
     if n_subscribed == 0 {
@@ -289,7 +399,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = oneshot::channel();
     let expected = Expected {
-        domain: c.component.clone(),
+        who,
         prefix: prefix.clone(),
         subscribed: subscribed.clone(),
         publishes: args.publishes,
@@ -302,6 +412,21 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
             .map_err(|e| format!("cannot log in as one more {} at {}: {e}", c.component, c.server))?;
         receivers.push(link);
     }
+    // With sessions, they are what the notifications arrive over; our component's own
+    // inbox is drained (it expects nothing).
+    let (stop_listening, listening_stopped) = watch::channel(false);
+    let (inbox, listeners) = if args.sessions.is_some() {
+        tokio::spawn(async move {
+            let mut inbox = inbox;
+            while inbox.0.recv().await.is_some() {}
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let listeners: Vec<_> =
+            sessions.into_iter().flatten().map(|s| s.listen(tx.clone(), listening_stopped.clone())).collect();
+        (Inbox(rx), listeners)
+    } else {
+        (inbox, Vec::new())
+    };
     let collector = tokio::spawn(collect(inbox, expected, done_tx, stop_rx));
 
     let publisher = match &args.publisher {
@@ -380,7 +505,24 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
         }
     }
 
-    let (unsub_tally, unsub_elapsed) = if args.keep_subscriptions {
+    let (unsub_tally, unsub_elapsed) = if args.sessions.is_some() {
+        let _ = stop_listening.send(true);
+        let mut sessions = Vec::with_capacity(listeners.len());
+        let mut lost = Tally::default();
+        for listener in listeners {
+            match listener.await {
+                Ok(Ok(session)) => sessions.push(session),
+                Ok(Err(why)) => lost.error(format!("session lost: {why}")),
+                Err(e) => lost.error(format!("session task failed: {e}")),
+            }
+        }
+        let t0 = Instant::now();
+        let mut tally = close_sessions(ctx, sessions, !args.keep_subscriptions).await;
+        for (kind, n) in lost.errors {
+            *tally.errors.entry(kind).or_default() += n;
+        }
+        (tally, t0.elapsed())
+    } else if args.keep_subscriptions {
         (Tally::default(), Duration::ZERO)
     } else {
         let who: Vec<u32> = all.iter().copied().filter(|&i| subscribed[i as usize]).collect();
@@ -422,6 +564,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     report.num("subscribe_rate", Some(sub_tally.lat_us.len() as f64 / sub_elapsed.as_secs_f64()));
     report.num("subscribe_p99_ms", percentiles(&mut sub_tally.lat_us).map(|p| p.p99));
     report.int("subscribe_errors", sub_tally.error_count());
+    report.str("subscribe_error_kinds", &sub_tally.error_kinds());
     if !args.keep_subscriptions {
         report.num("unsubscribe_s", Some(unsub_elapsed.as_secs_f64()));
         report.int("unsubscribe_errors", unsub_tally.error_count());
@@ -440,6 +583,18 @@ mod tests {
         assert_eq!(subscriber_index("sub10@bench.localhost", "bench.localhost", 10), None);
         assert_eq!(subscriber_index("sub1@other", "bench.localhost", 10), None);
         assert_eq!(subscriber_index("bench.localhost", "bench.localhost", 10), None);
+    }
+
+    #[test]
+    fn session_jids_map_to_indexes_with_or_without_resource() {
+        let who = Subscribers::Named([("ab12@localhost".to_string(), 0), ("cd34@localhost".to_string(), 1)].into());
+        assert_eq!(who.index("cd34@localhost"), Some(1));
+        assert_eq!(who.index("ab12@localhost/res-9"), Some(0));
+        assert_eq!(who.index("ab12@otherhost"), None);
+        assert_eq!(who.index("localhost"), None);
+        let numbered = Subscribers::Numbered { domain: "bench.localhost".into(), count: 3 };
+        assert_eq!(numbered.index("sub2@bench.localhost/x"), Some(2));
+        assert_eq!(numbered.index("sub3@bench.localhost"), None);
     }
 
     #[test]

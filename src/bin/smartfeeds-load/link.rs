@@ -31,7 +31,7 @@ use crate::scan::{self, Piece, Splitter};
 use crate::stanzas::esc;
 
 const NS_COMPONENT: &str = "jabber:component:accept";
-const NS_STREAM: &str = "http://etherx.jabber.org/streams";
+pub const NS_STREAM: &str = "http://etherx.jabber.org/streams";
 /// Bytes asked of the socket per read.
 const READ_SIZE: usize = 256 * 1024;
 
@@ -215,7 +215,7 @@ async fn login(addr: SocketAddr, domain: &str, secret: &str) -> Result<(Reader, 
         esc(domain)
     );
     w.write_all(header.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
-    let mut reader = Reader { io: r, splitter: Splitter::new(), buf: vec![0; READ_SIZE] };
+    let mut reader = Reader::new(r, READ_SIZE);
     let stream_id = reader.stream_header().await?;
     let digest = Handshake::from_stream_id_and_password(stream_id, secret).data.unwrap_or_default();
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -230,15 +230,21 @@ async fn login(addr: SocketAddr, domain: &str, secret: &str) -> Result<(Reader, 
     }
 }
 
-/// The reading half: top-level elements as bytes.
-struct Reader {
+/// The reading half of a stream: top-level elements as bytes.
+pub struct Reader {
     io: OwnedReadHalf,
-    splitter: Splitter,
+    pub splitter: Splitter,
     buf: Vec<u8>,
 }
 
 impl Reader {
-    async fn fill(&mut self) -> Result<(), String> {
+    /// Reads `io`, `read_size` bytes at most per read.
+    pub fn new(io: OwnedReadHalf, read_size: usize) -> Reader {
+        Reader { io, splitter: Splitter::new(), buf: vec![0; read_size] }
+    }
+
+    /// Reads once more from the socket into the splitter.
+    pub async fn fill(&mut self) -> Result<(), String> {
         match self.io.read(&mut self.buf).await {
             Ok(0) => Err("the server closed the connection".into()),
             Ok(n) => {
@@ -249,8 +255,9 @@ impl Reader {
         }
     }
 
-    /// Reads up to the end of the server's stream header; its `id`.
-    async fn stream_header(&mut self) -> Result<String, String> {
+    /// Reads up to the end of the server's stream header; its `id`. What follows it goes
+    /// to a new splitter (a restarted stream starts over).
+    pub async fn stream_header(&mut self) -> Result<String, String> {
         let mut text = Vec::new();
         loop {
             let n = self.io.read(&mut self.buf).await.map_err(|e| format!("reading the stream header: {e}"))?;
@@ -268,13 +275,14 @@ impl Reader {
                 return Err("the server's stream header has no id".into());
             }
             let after = at + tag.len();
+            self.splitter = Splitter::new();
             self.splitter.extend(&text[after..]);
             return Ok(id);
         }
     }
 
     /// The next top-level element, or why the stream ended.
-    async fn next(&mut self) -> Result<Vec<u8>, String> {
+    pub async fn next(&mut self) -> Result<Vec<u8>, String> {
         loop {
             match self.splitter.next() {
                 Some(Piece::Element(el)) => return Ok(el.to_vec()),
@@ -285,21 +293,40 @@ impl Reader {
     }
 }
 
-/// An element of the stream built as a tree, with the stream's namespaces in scope.
-fn build(el: &[u8]) -> Result<Element, String> {
+/// An element of a stream whose default namespace is `ns`, built as a tree with the
+/// stream's namespaces in scope.
+pub fn build_in(el: &[u8], ns: &str) -> Result<Element, String> {
     let prefixes: BTreeMap<Option<String>, String> =
-        [(None, NS_COMPONENT.to_string()), (Some("stream".to_string()), NS_STREAM.to_string())].into();
+        [(None, ns.to_string()), (Some("stream".to_string()), NS_STREAM.to_string())].into();
     Element::from_reader_with_prefixes(el, prefixes).map_err(|e| e.to_string())
 }
 
+/// An element of our component stream, built as a tree.
+fn build(el: &[u8]) -> Result<Element, String> {
+    build_in(el, NS_COMPONENT)
+}
+
 /// A `<stream:error/>` as one line: its condition and text.
-fn stream_error(el: &[u8]) -> String {
+pub fn stream_error(el: &[u8]) -> String {
     let Ok(el) = build(el) else { return "(unreadable)".into() };
     let condition = el.children().find(|c| c.name() != "text").map_or("undefined-condition", |c| c.name());
     match el.children().find(|c| c.name() == "text").map(|t| t.text()) {
         Some(text) if !text.is_empty() => format!("{condition}: {text}"),
         _ => condition.to_string(),
     }
+}
+
+/// The `service-unavailable` answer to an iq request `el`: every iq get or set deserves
+/// one reply, and the tool serves none.
+pub fn refusal(el: &[u8]) -> String {
+    let attr = |name| scan::attr(el, name).unwrap_or_default();
+    format!(
+        "<iq type='error' from='{}' to='{}' id='{}'><error type='cancel'><service-unavailable \
+         xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/></error></iq>",
+        esc(&attr("to")),
+        esc(&attr("from")),
+        esc(&attr("id"))
+    )
 }
 
 /// Reads stanzas: iq replies go to their requester (built as elements), iq requests get
@@ -332,15 +359,7 @@ async fn read_loop(
                     }
                 }
                 _ => {
-                    let attr = |name| scan::attr(el, name).unwrap_or_default();
-                    let reply = format!(
-                        "<iq type='error' from='{}' to='{}' id='{}'><error type='cancel'><service-unavailable \
-                         xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/></error></iq>",
-                        esc(&attr("to")),
-                        esc(&attr("from")),
-                        esc(&attr("id"))
-                    );
-                    let _ = out.send(Out::Text(reply));
+                    let _ = out.send(Out::Text(refusal(el)));
                 }
             },
             b"stream:error" => stream_error_text = Some(stream_error(el)),

@@ -7,7 +7,8 @@
 //! (`sub{i}@bench.localhost`). The service sees the bare JID `bench.localhost` as the
 //! sender of publishes, so smartfeeds must list it in `admins` (or the feed's `publishers`):
 //! `Service::may` compares the sender's bare JID string, and a component domain's bare JID
-//! is the domain itself.
+//! is the domain itself. `fanout --sessions` takes its subscribers from the server's own
+//! users instead: anonymous client sessions, one connection each (`session`).
 //!
 //! Modes: `pull` (pages, RSM or `max_items`), `publish` (Atom entries), `fanout` (pushes to
 //! many subscribers), `create` (a node, on services that need one created), `websub`
@@ -33,6 +34,7 @@ mod publish;
 mod pull;
 mod report;
 mod scan;
+mod session;
 mod stanzas;
 
 use std::net::SocketAddr;

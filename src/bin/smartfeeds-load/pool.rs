@@ -8,7 +8,7 @@
 use std::future::{Future, ready};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 
 use crate::report::Tally;
 
@@ -19,8 +19,17 @@ where
     F: Fn(u64) -> Fut,
     Fut: Future<Output = Result<Duration, String>>,
 {
-    futures::stream::iter(0..total)
-        .take_while(|_| ready(Instant::now() < deadline))
+    run_each(futures::stream::iter(0..total).take_while(|_| ready(Instant::now() < deadline)), in_flight, op).await
+}
+
+/// Runs `op(item)` for each of `items`, `in_flight` at a time, and tallies the outcomes.
+pub async fn run_each<S, F, Fut>(items: S, in_flight: u32, op: F) -> Tally
+where
+    S: Stream,
+    F: FnMut(S::Item) -> Fut,
+    Fut: Future<Output = Result<Duration, String>>,
+{
+    items
         .map(op)
         .buffer_unordered(in_flight as usize)
         .fold(Tally::default(), |mut tally, outcome| {
