@@ -22,17 +22,16 @@
 //! about 7 µs) stays far below the server's and the service's.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use futures::StreamExt;
-use std::net::SocketAddr;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::link::{Inbox, Link};
 use crate::publish::default_prefix;
 use crate::report::{Report, Tally, percentiles};
-use crate::session::Session;
+use crate::session::{Listener, Session};
 use crate::stanzas::{SyncHeaders, outcome, publish, push_facts, subscription, sync_headers};
 use crate::{Ctx, pool, procstat, scan};
 
@@ -67,7 +66,7 @@ pub struct FanoutArgs {
     /// own session process in the server, as with real readers, instead of all passing
     /// through our component's one connection. The publishes go through our component.
     #[arg(long, value_name = "C2S_ADDR")]
-    pub sessions: Option<std::net::SocketAddr>,
+    pub sessions: Option<SocketAddr>,
     /// The server domain the sessions log in to (it must allow anonymous logins).
     #[arg(long, default_value = "localhost")]
     pub session_domain: String,
@@ -253,43 +252,36 @@ async fn subscriptions(ctx: &Ctx, op: &'static str, who: &[u32], deadline: Insta
 /// the subscribe outcomes and the sessions that subscribed, by index.
 async fn open_sessions(ctx: &Ctx, addr: SocketAddr, domain: &str, n: u32) -> (Tally, Vec<Option<Session>>) {
     let c = &ctx.common;
-    let open_one = |k: usize| async move {
-        let outcome = async {
+    let sessions = std::cell::RefCell::new((0..n).map(|_| None).collect::<Vec<Option<Session>>>());
+    let tally = pool::run_indexed(u64::from(n), c.in_flight, ctx.deadline, |k| {
+        let sessions = &sessions;
+        async move {
             let mut session = Session::open(addr, domain).await?;
             let payload = subscription("subscribe", &c.node, &session.jid);
             let t0 = Instant::now();
             let reply = tokio::time::timeout(ctx.timeout(), session.iq("set", Some(&c.service), &payload))
                 .await
                 .map_err(|_| "timeout".to_string())??;
+            let latency = t0.elapsed();
             outcome(&reply)?;
-            Ok::<_, String>((session, t0.elapsed()))
-        };
-        (k, outcome.await)
-    };
-    let opened: Vec<_> = futures::stream::iter(0..n as usize)
-        .take_while(|_| std::future::ready(Instant::now() < ctx.deadline))
-        .map(open_one)
-        .buffer_unordered(c.in_flight as usize)
-        .collect()
-        .await;
-    let mut tally = Tally::default();
-    let mut sessions: Vec<Option<Session>> = (0..n).map(|_| None).collect();
-    for (k, opened) in opened {
-        match opened {
-            Ok((session, latency)) => {
-                tally.ok(latency);
-                sessions[k] = Some(session);
-            }
-            Err(kind) => tally.error(kind),
+            sessions.borrow_mut()[k as usize] = Some(session);
+            Ok(latency)
         }
-    }
-    (tally, sessions)
+    })
+    .await;
+    (tally, sessions.into_inner())
 }
 
-/// Unsubscribes each session (when `unsubscribe`) and ends it; the unsubscribe outcomes.
-async fn close_sessions(ctx: &Ctx, sessions: Vec<Session>, unsubscribe: bool) -> Tally {
+/// Stops each session's listener, unsubscribes the session (when `unsubscribe`) and ends
+/// it; the outcomes, a session whose stream ended early counted as an error.
+async fn close_sessions(ctx: &Ctx, listeners: Vec<Listener>, unsubscribe: bool) -> Tally {
     let c = &ctx.common;
-    let close_one = |mut session: Session| async move {
+    let close_one = |listener: Listener| async move {
+        let mut session = match listener.await {
+            Ok(Ok(session)) => session,
+            Ok(Err(why)) => return Err(format!("session lost: {why}")),
+            Err(e) => return Err(format!("session task failed: {e}")),
+        };
         let t0 = Instant::now();
         let outcome = if unsubscribe {
             let payload = subscription("unsubscribe", &c.node, &session.jid);
@@ -303,7 +295,7 @@ async fn close_sessions(ctx: &Ctx, sessions: Vec<Session>, unsubscribe: bool) ->
         session.close().await;
         outcome.map(|()| t0.elapsed())
     };
-    pool::run_each(futures::stream::iter(sessions), c.in_flight, close_one).await
+    pool::run_each(futures::stream::iter(listeners), c.in_flight, close_one).await
 }
 
 /// Publishes item `p` (sent at `sent`) and waits for its ack and for the collector to
@@ -416,10 +408,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     // inbox is drained (it expects nothing).
     let (stop_listening, listening_stopped) = watch::channel(false);
     let (inbox, listeners) = if args.sessions.is_some() {
-        tokio::spawn(async move {
-            let mut inbox = inbox;
-            while inbox.0.recv().await.is_some() {}
-        });
+        inbox.drain();
         let (tx, rx) = mpsc::unbounded_channel();
         let listeners: Vec<_> =
             sessions.into_iter().flatten().map(|s| s.listen(tx.clone(), listening_stopped.clone())).collect();
@@ -431,11 +420,11 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
 
     let publisher = match &args.publisher {
         Some(domain) => {
-            let (link, mut inbox) = Link::connect(c.server, domain, &c.secret)
+            let (link, inbox) = Link::connect(c.server, domain, &c.secret)
                 .await
                 .map_err(|e| format!("cannot log in as the publisher {domain} at {}: {e}", c.server))?;
             // Its publishes' answers come back through `iq`; nothing else is expected.
-            tokio::spawn(async move { while inbox.0.recv().await.is_some() {} });
+            inbox.drain();
             Some(link)
         }
         None => None,
@@ -507,21 +496,8 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
 
     let (unsub_tally, unsub_elapsed) = if args.sessions.is_some() {
         let _ = stop_listening.send(true);
-        let mut sessions = Vec::with_capacity(listeners.len());
-        let mut lost = Tally::default();
-        for listener in listeners {
-            match listener.await {
-                Ok(Ok(session)) => sessions.push(session),
-                Ok(Err(why)) => lost.error(format!("session lost: {why}")),
-                Err(e) => lost.error(format!("session task failed: {e}")),
-            }
-        }
         let t0 = Instant::now();
-        let mut tally = close_sessions(ctx, sessions, !args.keep_subscriptions).await;
-        for (kind, n) in lost.errors {
-            *tally.errors.entry(kind).or_default() += n;
-        }
-        (tally, t0.elapsed())
+        (close_sessions(ctx, listeners, !args.keep_subscriptions).await, t0.elapsed())
     } else if args.keep_subscriptions {
         (Tally::default(), Duration::ZERO)
     } else {

@@ -80,6 +80,14 @@ pub struct Link {
 /// presences), as the bytes of each, read with `scan`.
 pub struct Inbox(pub mpsc::UnboundedReceiver<Vec<u8>>);
 
+impl Inbox {
+    /// Drops whatever arrives from now on, so that strays do not pile up where nothing is
+    /// expected.
+    pub fn drain(mut self) {
+        tokio::spawn(async move { while self.0.recv().await.is_some() {} });
+    }
+}
+
 impl Link {
     /// Connects to `addr` as the component `domain` and logs in with `secret`.
     pub async fn connect(addr: SocketAddr, domain: &str, secret: &str) -> Result<(Arc<Link>, Inbox), String> {

@@ -32,6 +32,10 @@ const READ_SIZE: usize = 4096;
 /// How long connecting, logging in and binding may take.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A session's listener task (see [`Session::listen`]): the session back once stopped, or
+/// why its stream ended.
+pub type Listener = JoinHandle<Result<Session, String>>;
+
 /// A logged-in client session with its initial presence sent.
 pub struct Session {
     /// The bare JID the server gave it.
@@ -129,11 +133,7 @@ impl Session {
 
     /// Hands every message that arrives to `inbox` until `stop` changes; then gives the
     /// session back (or why its stream ended).
-    pub fn listen(
-        mut self,
-        inbox: mpsc::UnboundedSender<Vec<u8>>,
-        mut stop: watch::Receiver<bool>,
-    ) -> JoinHandle<Result<Session, String>> {
+    pub fn listen(mut self, inbox: mpsc::UnboundedSender<Vec<u8>>, mut stop: watch::Receiver<bool>) -> Listener {
         tokio::spawn(async move {
             loop {
                 while let Some(piece) = self.reader.splitter.next() {
