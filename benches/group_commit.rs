@@ -8,9 +8,9 @@
 //! Every write is a real `Store::write` of one new item plus the feed's counters, answered
 //! only once its transaction is fsynced (`synchronous=FULL`, WAL), as in production.
 
-use smartfeeds::feed::{Entry, FeedError, Order, Store, WriteTx};
-use smartfeeds::store::sqlite::SqliteStore;
+use feed::{Entry, FeedError, Order, Store, WriteTx};
 use std::time::{Duration, Instant};
+use store_sqlite::SqliteStore;
 
 const FEED: &str = "bench";
 

@@ -13,15 +13,15 @@
 //! publishes 40 to a millisecond would be.
 
 use criterion::{Criterion, criterion_group};
+use feed::service::{PullRequest, Service, system_clock};
+use feed::{Entry, Order, OrderBy, Store, View};
 use smartfeeds::config::Config;
-use smartfeeds::feed::service::{PullRequest, Service, system_clock};
-use smartfeeds::feed::{Entry, Order, OrderBy, Store, View};
-use smartfeeds::store::postgres::PostgresStore;
-use smartfeeds::store::postgres::scratch::{TempServer, fill_feed};
-use smartfeeds::store::sqlite::SqliteStore;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use store_postgres::PostgresStore;
+use store_sqlite::SqliteStore;
+use testkit::postgres_server::{TempServer, fill_feed};
 
 const ADMIN: &str = "admin@localhost";
 

@@ -1,13 +1,12 @@
 //! The TOML configuration: parsed with serde (unknown keys are errors, so a typo never goes
 //! unnoticed), then validated into values the rest of the program can trust.
 
-use crate::feed::Order;
-use crate::feed::policy::{self, FeedPolicy, Policy};
+use feed::Order;
+use feed::policy::{self, FeedPolicy, Policy};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-mod hub;
-pub use hub::HubConfig;
+pub use http::hub::config::HubConfig;
 use std::path::{Path, PathBuf};
 
 /// The whole configuration file.
@@ -269,51 +268,7 @@ impl std::fmt::Debug for StoreConfig {
     }
 }
 
-/// Bounds on what one request may ask for.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Limits {
-    /// Items in a page when the request gives no `max`.
-    pub default_page: u64,
-    /// The largest page served; larger `max` values are clamped to it.
-    pub max_page: u64,
-    /// The largest Atom entry accepted, in bytes of XML.
-    pub max_payload_bytes: usize,
-    /// The most `<item id/>`s one request may name.
-    pub max_ids: usize,
-    /// Subscriptions one bare JID may hold, across feeds.
-    pub max_subscriptions_per_jid: u64,
-    /// Subscriptions one feed may have, across views.
-    pub max_subscriptions_per_feed: u64,
-    /// Requests a second one sender (bare JID) may make before its requests wait; admins
-    /// are not limited.
-    pub requests_per_second: f64,
-    /// Requests one sender may make at once above its rate.
-    pub request_burst: f64,
-    /// Requests one sender may have waiting for its rate; past that they are refused.
-    pub request_backlog: f64,
-    /// Requests of one sender domain served at once; more wait for one of that domain's
-    /// slots. A server may send from any number of JIDs of its domain, so the per-JID rate
-    /// alone would let one domain take every request slot.
-    pub requests_per_domain: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            default_page: 50,
-            max_page: 500,
-            max_payload_bytes: 65536,
-            max_ids: 500,
-            max_subscriptions_per_jid: 1000,
-            max_subscriptions_per_feed: 100_000,
-            requests_per_second: 200.0,
-            request_burst: 400.0,
-            request_backlog: 2000.0,
-            requests_per_domain: 128,
-        }
-    }
-}
+pub use feed::policy::Limits;
 
 /// Who may read a feed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -411,7 +366,7 @@ impl Config {
             return bad("store: set either path (SQLite) or url (PostgreSQL), not both".into());
         }
         if let Some(url) = &self.store.url
-            && let Err(why) = crate::store::postgres::parse_url(url)
+            && let Err(why) = store_postgres::parse_url(url)
         {
             return bad(format!("store.url {:?}: {why}", redact(url)));
         }
@@ -446,14 +401,14 @@ impl Config {
                 ));
             }
         }
-        self.hub.validate()?;
+        self.hub.validate().map_err(ConfigError::Invalid)?;
         let p = &self.push;
         if p.backlog == 0 || p.queue == 0 || p.bounce_limit == 0 {
             return bad("push: backlog, queue and bounce_limit must be positive".into());
         }
         let mut seen = BTreeMap::new();
         for f in &self.feeds {
-            if !crate::feed::node::valid_feed_name(&f.name) {
+            if !feed::node::valid_feed_name(&f.name) {
                 return bad(format!(
                     "feeds: name {:?} is not a valid feed name (no ? & = # % or control characters)",
                     f.name
@@ -483,23 +438,26 @@ impl Config {
 }
 
 impl Config {
+    /// The settings of `[http]` the HTTP face's handlers use.
+    pub fn http_settings(&self, c: &HttpConfig) -> http::Settings {
+        http::Settings {
+            base: c.base(),
+            max_timeout: c.max_timeout,
+            cache_max_age: c.cache_max_age,
+            archive_page: c.archive_page,
+            archive_max_age: c.archive_max_age,
+        }
+    }
+
     /// The core's rules, built once at start from a validated configuration: orders parsed,
     /// JIDs in their canonical bare form, feeds by name.
     pub fn policy(&self) -> Policy {
         let feeds = self.feeds.iter().map(|f| (f.name.clone(), f.policy())).collect();
-        let l = &self.limits;
         Policy {
             admins: self.admins.iter().map(|a| canonical_jid(a)).collect(),
             autocreate: self.autocreate,
             feeds,
-            limits: policy::Limits {
-                default_page: l.default_page,
-                max_page: l.max_page,
-                max_payload_bytes: l.max_payload_bytes,
-                max_ids: l.max_ids,
-                max_subscriptions_per_jid: l.max_subscriptions_per_jid,
-                max_subscriptions_per_feed: l.max_subscriptions_per_feed,
-            },
+            limits: self.limits.clone(),
             bounce_limit: self.push.bounce_limit,
         }
     }

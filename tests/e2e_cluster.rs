@@ -44,7 +44,7 @@ use common::pubsub::{Pull, entry, publish_iq, pull, walk};
 use common::push::{subscribe, subscriptions};
 use common::smartfeeds::{metric, scrape_metrics};
 use common::{Client, EjabberdCluster, Smartfeeds, TestServer, stanza_type};
-use smartfeeds::store::postgres::relay::BATCH;
+use store_postgres::push_shards::BATCH;
 
 /// The nodes alice and bob subscribe to: the default view under two spellings, and two more.
 const NODES: [[&str; 3]; 2] = [

@@ -14,9 +14,9 @@ use common::push::{next_push, subscribe};
 use common::{Smartfeeds, TestServer, stanza_type, start_selected};
 use reqwest::StatusCode;
 use serde_json::Value;
-use smartfeeds::store::postgres::scratch::TempServer;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
+use testkit::postgres_server::TempServer;
 
 /// The XMPP server, and two instances on a fresh database with their HTTP ports.
 async fn two_instances() -> (TestServer, (Smartfeeds, u16), (Smartfeeds, u16)) {
@@ -303,7 +303,7 @@ fn check(label: &str, got: &Received, acked: &HashSet<String>) {
     let mut seen = HashSet::new();
     let duplicates = ids.iter().filter(|i| !seen.insert(**i)).count();
     let missing: Vec<&String> = acked.iter().filter(|i| !seen.contains(i.as_str())).collect();
-    let batch = smartfeeds::store::postgres::relay::BATCH;
+    let batch = store_postgres::push_shards::BATCH;
     assert!(duplicates <= batch && missing.len() <= batch, "{label}: {duplicates} twice, missing {missing:?}");
     in_order_per_publisher(label, &ids);
     let breaks: Vec<&str> =
@@ -391,7 +391,7 @@ async fn websub_documents_come_once_in_order_from_whichever_instance_holds_the_f
     let unique: HashSet<&String> = ids.iter().collect();
     assert_eq!(unique, acked.iter().collect(), "every acknowledged change delivered");
     // At least once: a crash may repeat the documents in flight, never reorder them.
-    assert!(ids.len() - unique.len() <= smartfeeds::store::postgres::relay::BATCH, "{ids:?}");
+    assert!(ids.len() - unique.len() <= store_postgres::push_shards::BATCH, "{ids:?}");
     in_order_per_publisher("the callback", &ids.iter().map(String::as_str).collect::<Vec<_>>());
     drop(b);
 }

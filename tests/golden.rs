@@ -2,12 +2,12 @@
 //! core on the in-memory store, which needs no database, and a frozen clock so cursors are
 //! fixed), and the reply must be exactly the expected XML.
 
+use feed::service::Service;
 use minidom::Element;
 use smartfeeds::config::Config;
-use smartfeeds::feed::service::Service;
-use smartfeeds::store::memory::MemoryStore;
-use smartfeeds::xmpp::router::Router;
 use std::sync::Arc;
+use testkit::memory_store::MemoryStore;
+use xmpp::router::Router;
 use xmpp_parsers::iq::Iq;
 
 const NOW: i64 = 1_700_000_000_000;

@@ -4,14 +4,14 @@
 //! store: paging is the core's, and every store is held to the in-memory one by
 //! `tests/store_conformance.rs`, so these need no database.
 
+use feed::paging::Page;
+use feed::service::{PullRequest, Service};
+use feed::{Cursor, Entry, Filter, Order, OrderBy, View};
 use proptest::prelude::*;
 use smartfeeds::config::Config;
-use smartfeeds::feed::page::Page;
-use smartfeeds::feed::service::{PullRequest, Service};
-use smartfeeds::feed::{Cursor, Entry, Filter, Order, OrderBy, View};
-use smartfeeds::store::memory::MemoryStore;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use testkit::memory_store::MemoryStore;
 
 const ADMIN: &str = "admin@localhost";
 
@@ -256,7 +256,7 @@ proptest! {
             // time: specs are inclusive, in view order, both ways.
             let keyed = w.model.view(&v);
             for (_, (t, _)) in keyed.iter().step_by(3) {
-                let spec = format!("time:{}", smartfeeds::feed::position::rfc3339(*t));
+                let spec = format!("time:{}", feed::position::rfc3339(*t));
                 let later = |k: i64| if v.order.descending { k <= *t } else { k >= *t };
                 let want_after: Vec<String> = keyed.iter().filter(|(_, k)| later(k.0)).map(|(id, _)| id.clone()).collect();
                 let want_before: Vec<String> =

@@ -10,17 +10,17 @@
 //! Reads and writes go through the store one at a time, as the service's do, and the checks
 //! are made on what comes back, outside the closures.
 
+use feed::outbox::{HubSubscription, OutboxStats};
+use feed::ports::{ChangeSink, FeedRow, ReadTx, Scope, Subscription, WriteTx};
+use feed::{Change, Entry, FeedError, Filter, Item, Key, NodeName, Order, OrderBy, Payload, Store};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
-use smartfeeds::feed::outbox::{HubSubscription, OutboxStats};
-use smartfeeds::feed::ports::{ChangeSink, FeedRow, ReadTx, Scope, Subscription, WriteTx};
-use smartfeeds::feed::{Change, Entry, FeedError, Filter, Item, Key, NodeName, Order, OrderBy, Payload, Store};
-use smartfeeds::store::memory::MemoryStore;
-use smartfeeds::store::postgres::PostgresStore;
-use smartfeeds::store::postgres::scratch::TempServer;
-use smartfeeds::store::sqlite::SqliteStore;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
+use store_postgres::PostgresStore;
+use store_sqlite::SqliteStore;
+use testkit::memory_store::MemoryStore;
+use testkit::postgres_server::TempServer;
 
 // ----- the stores -----
 

@@ -9,10 +9,10 @@
 //! number of acknowledgements or milliseconds, reopens the file and checks. Several rounds
 //! run on the same file, so each round also recovers from the previous crash.
 
+use feed::ports::Scope;
+use feed::{Entry, Filter, Key, Order, OrderBy, Store, WriteTx};
 use rand::Rng;
-use smartfeeds::feed::ports::Scope;
-use smartfeeds::feed::{Entry, Filter, Key, Order, OrderBy, Store, WriteTx};
-use smartfeeds::store::sqlite::SqliteStore;
+use store_sqlite::SqliteStore;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -250,7 +250,7 @@ fn child(db: &Path, round: usize) {
     });
 }
 
-type WriteResult<T> = Result<T, smartfeeds::feed::FeedError>;
+type WriteResult<T> = Result<T, feed::FeedError>;
 
 fn insert(tx: &mut dyn WriteTx, id: String) -> WriteResult<()> {
     let mut feed = tx.feed(FEED)?.expect("feed");

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use smartfeeds::store::postgres::scratch::TempServer;
+use testkit::postgres_server::TempServer;
 
 use super::client::Client;
 use super::logs;

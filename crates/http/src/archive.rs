@@ -1,0 +1,104 @@
+//! Archives (SPEC §11, RFC 5005 and Simplefeed): `BASE/feeds/FEED/archive/` is the recent
+//! document, `archive/K` the K-th. Items are numbered by creation (1 = oldest); document K
+//! holds items `(K-1)·P+1 … K·P`, newest first. Every document is one keyset read at a known
+//! creation index, so the oldest document of a huge feed costs what the newest does.
+
+use super::auth::Actor;
+use super::errors::{ApiError, quote};
+use super::formats::Doc;
+use super::pull::{common_headers, feed_base, path_error, with_etag};
+use super::query::FeedQuery;
+use super::{HttpState, St};
+use axum::Extension;
+use axum::extract::Path;
+use axum::extract::rejection::PathRejection;
+use axum::http::{HeaderMap, Uri};
+use axum::response::Response;
+use feed::ports::Store;
+use feed::service::PullRequest;
+use std::sync::Arc;
+
+/// `GET BASE/feeds/FEED/archive/`.
+pub async fn recent<S: Store>(
+    st: St<S>,
+    Extension(actor): Extension<Actor>,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path(feed) = path.map_err(path_error)?;
+    FeedQuery::parse(uri.query(), &[])?;
+    document(&st.0, &actor, &feed, None, &headers).await
+}
+
+/// `GET BASE/feeds/FEED/archive/K`.
+pub async fn numbered<S: Store>(
+    st: St<S>,
+    Extension(actor): Extension<Actor>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path((feed, k)) = path.map_err(path_error)?;
+    FeedQuery::parse(uri.query(), &[])?;
+    let k = match k.parse::<u64>() {
+        Ok(k) if k >= 1 => k,
+        _ => return Err(ApiError::not_found(format!("no archive document {:?}", quote(&k)))),
+    };
+    document(&st.0, &actor, &feed, Some(k), &headers).await
+}
+
+async fn document<S: Store>(
+    st: &Arc<HttpState<S>>,
+    actor: &Actor,
+    feed: &str,
+    k: Option<u64>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let err = |e| ApiError::from_feed(e, actor);
+    let (_, name) = FeedQuery::default().node(feed)?;
+    let node = format!("{}?order=created", name.feed);
+    let count_req = PullRequest { node: node.clone(), max: Some(0), ..Default::default() };
+    let n = st.svc.pull(actor.as_str(), count_req).await.map_err(err)?.count;
+    let per = st.settings.archive_page;
+    let newest = n.div_ceil(per).max(1);
+    let k_doc = k.unwrap_or(newest);
+    if k_doc > newest {
+        return Err(ApiError::not_found(format!("archive document {k_doc} is past the last ({newest})")));
+    }
+    let req = PullRequest { node, max: Some(per), index: Some((k_doc - 1) * per), ..Default::default() };
+    let mut page = st.svc.pull(actor.as_str(), req).await.map_err(err)?;
+    page.items.reverse();
+    page.cursors.reverse();
+    let base = format!("{}archive/", feed_base(&st.settings.base, feed));
+    let numbered = |i: u64| format!("{base}{i}");
+    let this = if k.is_some() { numbered(k_doc) } else { base.clone() };
+    let via = numbered(k_doc);
+    let prev = numbered(k_doc.saturating_sub(1));
+    let next = numbered(k_doc + 1);
+    let hub = st.settings.hub();
+    let mut links: Vec<(&str, &str)> = vec![("self", &this), ("current", &base)];
+    if k.is_none() {
+        links.push(("via", &via));
+    }
+    if k_doc > 1 {
+        links.push(("prev-archive", &prev));
+    }
+    if k_doc < newest {
+        links.push(("next-archive", &next));
+    }
+    links.push(("hub", &hub));
+    let archived = k_doc < newest;
+    let title = st.svc.policy().feed(feed).title.clone().unwrap_or_else(|| feed.to_string());
+    let doc =
+        Doc { url: &this, next: None, hub: &hub, title: &title, total: n, items: &page.items, cursors: &page.cursors };
+    let body = doc.atom(&links, if archived { "<fh:archive/>" } else { "" });
+    let cache = if archived {
+        format!("public, max-age={}", st.settings.archive_max_age)
+    } else {
+        format!("max-age={}", st.settings.cache_max_age)
+    };
+    let mut res = with_etag(headers, "application/atom+xml; charset=utf-8", body);
+    common_headers(st, feed, &this, &cache, &mut res);
+    Ok(res)
+}

@@ -1,0 +1,250 @@
+//! What a pull answer looks like (SPEC §9): the JSON ActivityStreams Collection, the Atom
+//! feed document with the `fo:` elements, and JSON-P around either. Stored entries are
+//! spliced in verbatim; only `title`, `content` and the author's name are read out of them
+//! for JSON.
+
+use feed::position::rfc3339;
+use feed::{Cursor, Item, Payload};
+use minidom::Element;
+use serde_json::{Map, Value, json};
+
+pub const ATOM: &str = "http://www.w3.org/2005/Atom";
+pub const FO: &str = "http://fanout.org/protocol/atom";
+pub const TOMBSTONES: &str = "http://purl.org/atompub/tombstones/1.0";
+pub const HISTORY: &str = "http://purl.org/syndication/history/1.0";
+
+/// The answer formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Atom,
+}
+
+impl Format {
+    /// From `Accept`: Atom when it names Atom before (or without) JSON, else JSON.
+    pub fn from_accept(accept: &str) -> Format {
+        let atom = accept.find("application/atom+xml");
+        let json = accept.find("application/json");
+        match (atom, json) {
+            (Some(a), Some(j)) if a < j => Format::Atom,
+            (Some(_), None) => Format::Atom,
+            _ => Format::Json,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json; charset=utf-8",
+            Format::Atom => "application/atom+xml; charset=utf-8",
+        }
+    }
+}
+
+/// XML text escaping, attributes included.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The RFC 6721 tombstone of a retracted item, standing alone.
+pub fn tombstone_xml(atom_ref: &str, when: i64) -> String {
+    format!(r#"<deleted-entry xmlns="{TOMBSTONES}" ref="{}" when="{}"/>"#, esc(atom_ref), rfc3339(when))
+}
+
+/// One item as JSON.
+pub fn item_json(item: &Item, cursor: &Cursor) -> Value {
+    let mut o = Map::new();
+    o.insert("id".into(), json!(item.id));
+    o.insert("cursor".into(), json!(cursor.to_string()));
+    o.insert("published".into(), json!(rfc3339(item.created.t)));
+    o.insert("updated".into(), json!(rfc3339(item.modified.t)));
+    match &item.payload {
+        Payload::Entry(xml) => {
+            if let Ok(e) = xml.parse::<Element>() {
+                let text = |name: &str| e.get_child(name, ATOM).map(|c| c.text());
+                if let Some(t) = text("title") {
+                    o.insert("title".into(), json!(t));
+                }
+                if let Some(c) = text("content") {
+                    o.insert("content".into(), json!(c));
+                }
+                if let Some(n) = e.get_child("author", ATOM).and_then(|a| a.get_child("name", ATOM)) {
+                    o.insert("author".into(), json!({ "displayName": n.text() }));
+                }
+            }
+            o.insert("atom".into(), json!(xml));
+        }
+        Payload::Tombstone { atom_ref, when } => {
+            o.insert("deleted".into(), json!(true));
+            o.insert("atom".into(), json!(tombstone_xml(atom_ref, *when)));
+        }
+    }
+    Value::Object(o)
+}
+
+/// A page of a view, as the parts every format needs.
+pub struct Doc<'a> {
+    /// The view's feed URL.
+    pub url: &'a str,
+    /// The next page's URL, when the page has items.
+    pub next: Option<String>,
+    pub hub: &'a str,
+    pub title: &'a str,
+    pub total: u64,
+    pub items: &'a [Item],
+    pub cursors: &'a [Cursor],
+}
+
+impl Doc<'_> {
+    pub fn json(&self) -> Value {
+        let items: Vec<Value> = self.items.iter().zip(self.cursors).map(|(i, c)| item_json(i, c)).collect();
+        let mut o = Map::new();
+        o.insert("count".into(), json!(items.len()));
+        o.insert("totalItems".into(), json!(self.total));
+        o.insert("url".into(), json!(self.url));
+        if let Some(c) = self.cursors.last() {
+            o.insert("last_cursor".into(), json!(c.to_string()));
+        }
+        if let Some(n) = &self.next {
+            o.insert("next".into(), json!(n));
+        }
+        o.insert("items".into(), Value::Array(items));
+        Value::Object(o)
+    }
+
+    /// The Atom document; `extra` is written after the links (archive elements).
+    pub fn atom(&self, links: &[(&str, &str)], extra: &str) -> String {
+        let mut s = String::with_capacity(512 + self.items.len() * 600);
+        s.push_str(r#"<?xml version="1.0" encoding="utf-8"?>"#);
+        s.push_str(&format!(r#"<feed xmlns="{ATOM}" xmlns:fo="{FO}" xmlns:at="{TOMBSTONES}" xmlns:fh="{HISTORY}">"#));
+        let updated = self.items.iter().map(|i| i.modified.t).max().unwrap_or(0);
+        s.push_str(&format!(
+            "<id>{}</id><title>{}</title><updated>{}</updated>",
+            esc(self.url),
+            esc(self.title),
+            rfc3339(updated)
+        ));
+        for (rel, href) in links {
+            s.push_str(&format!(r#"<link rel="{rel}" type="application/atom+xml" href="{}"/>"#, esc(href)));
+        }
+        s.push_str(extra);
+        s.push_str(&format!("<fo:total>{}</fo:total>", self.total));
+        if let Some(c) = self.cursors.last() {
+            s.push_str(&format!("<fo:last_cursor>{c}</fo:last_cursor>"));
+        }
+        for (item, cursor) in self.items.iter().zip(self.cursors) {
+            s.push_str(&entry_atom(item, cursor));
+        }
+        s.push_str("</feed>");
+        s
+    }
+}
+
+/// An item as a child of an Atom feed: the stored entry with `<fo:id>` and `<fo:cursor>`
+/// added, or an `<at:deleted-entry>` with the same.
+pub fn entry_atom(item: &Item, cursor: &Cursor) -> String {
+    let fo = format!("<fo:id>{}</fo:id><fo:cursor>{cursor}</fo:cursor>", esc(&item.id));
+    match &item.payload {
+        Payload::Entry(xml) => {
+            let xml = xml.trim_end();
+            if let Some(at) = xml.rfind("</") {
+                format!("{}{fo}{}", &xml[..at], &xml[at..])
+            } else if let Some(open) = xml.strip_suffix("/>") {
+                // `<entry …/>`: an empty entry (the core keeps what was published).
+                let name_end = open.find(|c: char| c.is_whitespace() || c == '>').unwrap_or(open.len());
+                format!("{open}>{fo}</{}>", &open[1..name_end])
+            } else {
+                xml.to_string()
+            }
+        }
+        Payload::Tombstone { atom_ref, when } => {
+            format!(r#"<at:deleted-entry ref="{}" when="{}">{fo}</at:deleted-entry>"#, esc(atom_ref), rfc3339(*when))
+        }
+    }
+}
+
+/// `/**/NAME(DOC);` where DOC is the JSON document or the Atom document as a JSON string.
+pub fn jsonp(callback: &str, doc: &str, atom: bool) -> String {
+    if atom {
+        format!("/**/{callback}({});", Value::String(doc.to_string()))
+    } else {
+        format!("/**/{callback}({doc});")
+    }
+}
+
+/// A strong ETag over a body and what it was made as.
+pub fn etag(parts: &[&[u8]]) -> String {
+    let mut h = crc32fast::Hasher::new();
+    let mut len = 0usize;
+    for p in parts {
+        h.update(p);
+        h.update(b"\0");
+        len += p.len();
+    }
+    format!("\"{:08x}{len:x}\"", h.finalize())
+}
+
+/// Whether an `If-None-Match` value matches `etag`.
+pub fn none_match(header: &str, etag: &str) -> bool {
+    header.split(',').map(str::trim).any(|t| t == "*" || t == etag || t.strip_prefix("W/") == Some(etag))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use feed::Key;
+
+    fn item(payload: Payload) -> Item {
+        Item {
+            id: "a&b".into(),
+            created: Key { t: 1_700_000_000_000, seq: 1 },
+            modified: Key { t: 1_700_000_000_500, seq: 2 },
+            author: None,
+            categories: vec![],
+            atom_id: None,
+            payload,
+        }
+    }
+
+    #[test]
+    fn entries_get_their_fo_elements_and_json_fields() {
+        let c = Cursor { t: 1, o: 0, c: 7 };
+        let e = item(Payload::Entry(format!(
+            r#"<entry xmlns="{ATOM}"><title>T</title><content>C</content><author><name>ann</name></author></entry>"#
+        )));
+        let a = entry_atom(&e, &c);
+        assert!(a.ends_with("<fo:id>a&amp;b</fo:id><fo:cursor>1_0_7</fo:cursor></entry>"), "{a}");
+        let j = item_json(&e, &c);
+        assert_eq!(j["title"], "T");
+        assert_eq!(j["content"], "C");
+        assert_eq!(j["author"]["displayName"], "ann");
+        assert_eq!(j["cursor"], "1_0_7");
+        assert!(j.get("deleted").is_none());
+        let t = item(Payload::Tombstone { atom_ref: "urn:x".into(), when: 5 });
+        assert!(entry_atom(&t, &c).starts_with("<at:deleted-entry ref=\"urn:x\""));
+        assert_eq!(item_json(&t, &c)["deleted"], true);
+        let empty = item(Payload::Entry(format!(r#"<entry xmlns="{ATOM}"/>"#)));
+        assert!(entry_atom(&empty, &c).ends_with("</fo:cursor></entry>"));
+    }
+
+    #[test]
+    fn accept_and_etags() {
+        assert_eq!(Format::from_accept("application/atom+xml"), Format::Atom);
+        assert_eq!(Format::from_accept("*/*"), Format::Json);
+        assert_eq!(Format::from_accept("application/json, application/atom+xml"), Format::Json);
+        let t = etag(&[b"x"]);
+        assert!(none_match(&format!("\"zz\", {t}"), &t) && !none_match("\"zz\"", &t));
+        assert_eq!(jsonp("cb", "{}", false), "/**/cb({});");
+        assert_eq!(jsonp("cb", "<a>\"</a>", true), r#"/**/cb("<a>\"</a>");"#);
+    }
+}

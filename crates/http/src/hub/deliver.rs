@@ -1,0 +1,226 @@
+//! One subscription's deliveries (SPEC §10): the outbox rows after its progress, up to
+//! `max_batch` in one document, POSTed one document at a time in commit order. A connection
+//! error, timeout, 429 or 5xx is tried again after `retry_initial`, doubling up to
+//! `retry_max` (or the callback's `Retry-After`, capped the same way), until `max_attempts`,
+//! when the document is dropped and delivery moves on; `410 Gone` ends the subscription;
+//! any other 3xx or 4xx drops the document at once. Documents that changes committed
+//! meanwhile would follow are read afresh after each one, so they travel together.
+
+use super::callback::bounded_body;
+use super::{Hub, Worker, document, now_ms, stopping};
+use axum::http::{HeaderValue, StatusCode, header};
+use feed::outbox::{HubSubscription, OutboxEntry};
+use feed::ports::Store;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a task waits before reading the outbox again after the store failed.
+const STORE_RETRY: Duration = Duration::from_secs(1);
+
+/// How one attempt went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempt {
+    Delivered,
+    /// 410: the subscriber is gone for good.
+    Gone,
+    /// Another 3xx or 4xx: this document will never be taken.
+    Rejected,
+    /// Worth trying again, after the callback's `Retry-After` if it gave one.
+    Retry(Option<Duration>),
+}
+
+/// How a document's delivery ended.
+enum Ended {
+    /// Delivery moves on to the next rows; the outcome is counted under this name.
+    Done(&'static str),
+    Gone,
+    /// The subscription ended or the hub is stopping.
+    Stopped,
+}
+
+/// Runs a subscription's deliveries until it ends or the hub stops.
+pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
+    let mut stop = hub.stop.clone();
+    let mut delivered = w.snapshot().delivered;
+    // Whether progress must be read from the store first (after this instance got the feed).
+    let mut refresh = false;
+    loop {
+        if w.is_gone() || *stop.borrow() {
+            return;
+        }
+        if !hub.owns(w.snapshot().feed) {
+            // Another instance delivers this feed; once it is ours, resume from the progress
+            // the store has (the other instance's, or ours if it is further).
+            if !hub.await_share(w.snapshot().feed, &w).await {
+                return;
+            }
+            refresh = true;
+        }
+        if refresh {
+            let (feed, id) = (w.snapshot().feed, w.snapshot().id);
+            match hub.stored(feed, id).await {
+                Ok(Some(stored)) => {
+                    delivered = delivered.max(stored.delivered);
+                    refresh = false;
+                }
+                Ok(None) => {
+                    hub.registry.remove(|s| s.id == id);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, subscription = id, "cannot read a subscription");
+                    tokio::time::sleep(STORE_RETRY).await;
+                    continue;
+                }
+            }
+        }
+        let sub = w.snapshot();
+        let left = sub.expires.saturating_sub(now_ms());
+        if left <= 0 {
+            // An expired subscription gets nothing; housekeeping removes it from the store.
+            hub.registry.remove(|s| s.id == sub.id);
+            return;
+        }
+        let (feed, view, batch) = (sub.feed, sub.view.clone(), hub.config.max_batch);
+        let key = (w.feed.clone(), sub.view.clone());
+        let generation = hub.registry.generations.get(&key);
+        let store = hub.svc.store().clone();
+        let read = hub
+            .reads
+            .get(&key, generation, delivered, || store.read(move |tx| Ok(tx.outbox(feed, &view, delivered, batch)?)))
+            .await;
+        let entries = match read {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, subscription = sub.id, "cannot read the outbox");
+                tokio::time::sleep(STORE_RETRY).await;
+                continue;
+            }
+        };
+        let Some(upto) = entries.last().map(|e| e.seq) else {
+            tokio::select! {
+                _ = w.wake.notified() => {}
+                // Shards moved: whether this feed is still ours is asked again.
+                _ = hub.share_changed() => {}
+                _ = stopping(&mut stop) => return,
+                _ = tokio::time::sleep(Duration::from_millis(left.min(86_400_000) as u64)) => {}
+            }
+            continue;
+        };
+        match deliver(&hub, &w, &sub, &entries).await {
+            Ended::Done(outcome) => {
+                hub.metrics.hub.delivery(outcome);
+                delivered = upto;
+                hub.ack(sub.id, upto);
+            }
+            Ended::Gone => {
+                hub.metrics.hub.delivery("gone");
+                tracing::info!(subscription = sub.id, "callback answered 410 Gone: subscription ended");
+                if let Err(e) = hub.unsubscribed(&w.feed, &sub.view, &sub.callback).await {
+                    tracing::warn!(error = %e, subscription = sub.id, "cannot remove a gone subscription");
+                }
+                return;
+            }
+            Ended::Stopped => return,
+        }
+    }
+}
+
+/// Delivers one document, retrying as the module docs say.
+async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, sub: &HubSubscription, entries: &[OutboxEntry]) -> Ended {
+    let policy = hub.svc.policy().feed(&w.feed);
+    let title = policy.title.clone().unwrap_or_else(|| w.feed.clone());
+    let body = document::atom(entries, &sub.topic, &hub.url, &title);
+    let signature = sub.secret.as_deref().map(|s| document::signature(s, body.as_bytes()));
+    let (initial, max) =
+        (Duration::from_secs_f64(hub.config.retry_initial), Duration::from_secs_f64(hub.config.retry_max));
+    let mut backoff = initial;
+    let mut stop = hub.stop.clone();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let outcome = post(hub, sub, body.clone(), signature.as_deref()).await;
+        let wait = match outcome {
+            Attempt::Delivered => return Ended::Done("delivered"),
+            Attempt::Gone => return Ended::Gone,
+            Attempt::Rejected => return Ended::Done("rejected"),
+            Attempt::Retry(_) if attempt >= hub.config.max_attempts => {
+                tracing::warn!(subscription = sub.id, attempts = attempt, "WebSub document dropped after its attempts");
+                return Ended::Done("dropped");
+            }
+            Attempt::Retry(after) => after.unwrap_or(backoff).min(max),
+        };
+        hub.metrics.hub.retries.inc();
+        backoff = (backoff * 2).min(max);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = w.ended.notified() => return Ended::Stopped,
+            _ = stopping(&mut stop) => return Ended::Stopped,
+        }
+        if w.is_gone() {
+            return Ended::Stopped;
+        }
+    }
+}
+
+/// One POST of a document, within the hub's bounds on requests in flight.
+async fn post<S: Store>(hub: &Hub<S>, sub: &HubSubscription, body: String, signature: Option<&str>) -> Attempt {
+    let host = url::Url::parse(&sub.callback).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
+    let Some(_permits) = hub.slots(&host).await else { return Attempt::Retry(None) };
+    let link = format!("<{}>; rel=\"hub\", <{}>; rel=\"self\"", hub.url, sub.topic);
+    let mut req = hub
+        .client
+        .post(&sub.callback)
+        .header(header::CONTENT_TYPE, HeaderValue::from_static("application/atom+xml"))
+        .header(header::LINK, link)
+        .body(body);
+    if let Some(sig) = signature {
+        req = req.header("x-hub-signature", sig);
+    }
+    match req.send().await {
+        Ok(res) => {
+            let outcome = classify(res.status(), res.headers().get(header::RETRY_AFTER));
+            // Read (a bounded part of) the answer, so the connection can be used again.
+            bounded_body(res).await;
+            outcome
+        }
+        Err(e) => {
+            tracing::debug!(subscription = sub.id, error = %e.without_url(), "WebSub delivery failed");
+            Attempt::Retry(None)
+        }
+    }
+}
+
+/// What a callback's status means (SPEC §10).
+fn classify(status: StatusCode, retry_after: Option<&HeaderValue>) -> Attempt {
+    match status.as_u16() {
+        200..=299 => Attempt::Delivered,
+        410 => Attempt::Gone,
+        429 | 500..=599 => Attempt::Retry(
+            retry_after
+                .and_then(|v| v.to_str().ok())
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .map(Duration::from_secs),
+        ),
+        _ => Attempt::Rejected,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_mean_what_the_spec_says() {
+        assert_eq!(classify(StatusCode::OK, None), Attempt::Delivered);
+        assert_eq!(classify(StatusCode::NO_CONTENT, None), Attempt::Delivered);
+        assert_eq!(classify(StatusCode::GONE, None), Attempt::Gone);
+        assert_eq!(classify(StatusCode::INTERNAL_SERVER_ERROR, None), Attempt::Retry(None));
+        let after = HeaderValue::from_static("7");
+        assert_eq!(classify(StatusCode::TOO_MANY_REQUESTS, Some(&after)), Attempt::Retry(Some(Duration::from_secs(7))));
+        let date = HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT");
+        assert_eq!(classify(StatusCode::SERVICE_UNAVAILABLE, Some(&date)), Attempt::Retry(None));
+        assert_eq!(classify(StatusCode::MOVED_PERMANENTLY, None), Attempt::Rejected);
+        assert_eq!(classify(StatusCode::NOT_FOUND, None), Attempt::Rejected);
+    }
+}

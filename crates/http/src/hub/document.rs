@@ -1,0 +1,75 @@
+//! What a delivery carries (SPEC §10): an Atom feed document made by the HTTP face's own
+//! formatter (`http::formats::Doc`), with `fo:prev_cursor` added, and its signature.
+
+use crate::formats::{Doc, esc};
+use feed::outbox::OutboxEntry;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// The Atom document of consecutive outbox rows of one view, oldest first: `fo:total` and
+/// `fo:last_cursor` as after the last of them, `fo:prev_cursor` as before the first (absent
+/// when the view was empty), so a subscriber that sees a `fo:prev_cursor` other than the
+/// last cursor it holds knows it missed something and pulls from there.
+pub fn atom(entries: &[OutboxEntry], topic: &str, hub: &str, title: &str) -> String {
+    let items: Vec<_> = entries.iter().map(OutboxEntry::item).collect();
+    let cursors: Vec<_> = entries.iter().map(|e| e.last).collect();
+    let total = entries.last().map_or(0, |e| e.count);
+    let doc = Doc { url: topic, next: None, hub, title, total, items: &items, cursors: &cursors };
+    let prev = match entries.first().and_then(|e| e.previous) {
+        Some(c) => format!("<fo:prev_cursor>{}</fo:prev_cursor>", esc(&c.to_string())),
+        None => String::new(),
+    };
+    doc.atom(&[("self", topic), ("hub", hub)], &prev)
+}
+
+/// `X-Hub-Signature`'s value: `sha256=` and the hex HMAC-SHA256 of `body` under `secret`.
+pub fn signature(secret: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
+    mac.update(body);
+    let digest = mac.finalize().into_bytes();
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256=");
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use feed::{Cursor, Payload};
+
+    #[test]
+    fn signature_matches_a_known_vector() {
+        // RFC 4231 test case 2.
+        assert_eq!(
+            signature("Jefe", b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn the_document_chains_its_cursors() {
+        let row = |id: &str, prev: Option<Cursor>, last: Cursor, count| OutboxEntry {
+            seq: 1,
+            feed: 1,
+            view: "f?order=modified".into(),
+            item_id: id.into(),
+            modified: 1_700_000_000_000,
+            payload: Payload::Entry(r#"<entry xmlns="http://www.w3.org/2005/Atom"><title>x</title></entry>"#.into()),
+            count,
+            previous: prev,
+            last,
+            at: 0,
+        };
+        let (c1, c2, c3) = (Cursor { t: 1, o: 0, c: 1 }, Cursor { t: 2, o: 0, c: 2 }, Cursor { t: 3, o: 0, c: 3 });
+        let doc =
+            atom(&[row("a", Some(c1), c2, 2), row("b", Some(c2), c3, 3)], "http://h/feeds/f/", "http://h/hub", "F");
+        assert!(doc.contains("<fo:prev_cursor>1_0_1</fo:prev_cursor>"), "{doc}");
+        assert!(doc.contains("<fo:last_cursor>3_0_3</fo:last_cursor>") && doc.contains("<fo:total>3</fo:total>"));
+        assert!(doc.find("<fo:id>a</fo:id>") < doc.find("<fo:id>b</fo:id>"), "in commit order");
+        let first = atom(&[row("a", None, c1, 1)], "http://h/feeds/f/", "http://h/hub", "F");
+        assert!(!first.contains("prev_cursor"), "absent when the view was empty");
+    }
+}

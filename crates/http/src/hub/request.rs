@@ -1,0 +1,174 @@
+//! `POST BASE/hub` (and the seed's `BASE/feeds/FEED/hub/`, the same hub): a subscription
+//! request (SPEC §10). Everything that can be checked at once is, so a bad request gets a
+//! clear 4xx instead of silence: the form, the topic (a feed URL of this service naming a
+//! view the requester may read), the callback (form and address), the lease and the
+//! secret. Then `202 Accepted`, and the verification of intent runs on its own.
+
+use super::Hub;
+use super::callback;
+use super::verify::{self, Intent, Mode};
+use crate::auth::Actor;
+use crate::errors::{ApiError, quote};
+use crate::pull::resolve;
+use crate::query::FeedQuery;
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use feed::ports::Store;
+use feed::service::PullRequest;
+use percent_encoding::percent_decode_str;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The longest secret accepted (WebSub: under 200 bytes).
+const MAX_SECRET: usize = 199;
+/// The view parameters a topic may carry.
+const VIEW_PARAMS: &[&str] = &["order", "author", "category"];
+
+/// The `hub.*` fields of a request form, each at most once.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Form {
+    fields: HashMap<String, String>,
+}
+
+impl Form {
+    fn parse(body: &[u8]) -> Result<Form, ApiError> {
+        let mut fields = HashMap::new();
+        for (k, v) in url::form_urlencoded::parse(body) {
+            if !k.starts_with("hub.") {
+                continue;
+            }
+            if fields.insert(k.to_string(), v.to_string()).is_some() {
+                return Err(ApiError::bad_request(format!("{} is given more than once", quote(&k))));
+            }
+        }
+        Ok(Form { fields })
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).map(String::as_str).filter(|v| !v.is_empty())
+    }
+
+    fn required(&self, key: &str) -> Result<&str, ApiError> {
+        self.get(key).ok_or_else(|| ApiError::bad_request(format!("{key} is missing")))
+    }
+}
+
+/// The feed and view parameters of a topic URL: `BASE/feeds/FEED/` and `order`, `author`,
+/// `category` only.
+fn topic_parts(base: &str, topic: &str) -> Result<(String, FeedQuery), ApiError> {
+    let not_ours = || ApiError::bad_request(format!("hub.topic {:?} is not a feed URL of this service", quote(topic)));
+    // The topic goes into every delivery's `Link` header as written: a URL, so ASCII.
+    if !topic.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::bad_request("hub.topic must be a URL (percent-encode spaces and other characters)"));
+    }
+    let rest = topic.strip_prefix(base).and_then(|r| r.strip_prefix("/feeds/")).ok_or_else(not_ours)?;
+    if rest.contains('#') {
+        return Err(not_ours());
+    }
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    let segment = path.strip_suffix('/').unwrap_or(path);
+    if segment.is_empty() || segment.contains('/') {
+        return Err(not_ours());
+    }
+    let feed = percent_decode_str(segment).decode_utf8().map_err(|_| not_ours())?.into_owned();
+    let q =
+        FeedQuery::parse(query, VIEW_PARAMS).map_err(|e| ApiError::bad_request(format!("hub.topic: {}", e.text)))?;
+    Ok((feed, q))
+}
+
+/// The lease to grant: asked for (clamped to the configured bounds) or the default.
+fn lease(asked: Option<&str>, default: u64, min: u64, max: u64) -> Result<u64, ApiError> {
+    match asked {
+        None => Ok(default),
+        Some(s) => match s.parse::<u64>() {
+            Ok(n) => Ok(n.clamp(min, max)),
+            Err(_) => Err(ApiError::bad_request("hub.lease_seconds is not a number of seconds")),
+        },
+    }
+}
+
+/// `POST BASE/hub`: 202 and a verification on its way, or why not.
+pub async fn post<S: Store>(
+    State(hub): State<Arc<Hub<S>>>,
+    Extension(actor): Extension<Actor>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let ctype = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !ctype.trim_start().to_ascii_lowercase().starts_with("application/x-www-form-urlencoded") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "a subscription request is a form sent as application/x-www-form-urlencoded",
+        ));
+    }
+    let form = Form::parse(&body)?;
+    let mode = match form.required("hub.mode")? {
+        "subscribe" => Mode::Subscribe,
+        "unsubscribe" => Mode::Unsubscribe,
+        other => {
+            return Err(ApiError::bad_request(format!("hub.mode {:?} is not subscribe or unsubscribe", quote(other))));
+        }
+    };
+    let topic = form.required("hub.topic")?.to_string();
+    let (feed, q) = topic_parts(&hub.base, &topic)?;
+    let r = resolve(&hub.svc, &hub.base, &feed, &q)?;
+    // The feed exists and the requester may read the view (a whitelist feed needs the
+    // token of an allowed JID): exactly what a pull of it would require.
+    let probe = PullRequest { node: r.node.clone(), max: Some(0), ..PullRequest::default() };
+    hub.svc.pull(actor.as_str(), probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+    let config = hub.config();
+    let callback = callback::parse(form.required("hub.callback")?).map_err(ApiError::bad_request)?;
+    callback::check_address(&callback, config.allow_private_callbacks).await.map_err(ApiError::bad_request)?;
+    let lease = lease(form.get("hub.lease_seconds"), config.default_lease, config.min_lease, config.max_lease)?;
+    let secret = form.get("hub.secret").map(str::to_string);
+    if secret.as_ref().is_some_and(|s| s.len() > MAX_SECRET) {
+        return Err(ApiError::bad_request(format!("hub.secret must be under {} bytes", MAX_SECRET + 1)));
+    }
+    let intent = Intent { mode, feed, view: r.view.canonical(), topic, callback, lease, secret };
+    tokio::spawn(verify::verify(hub.clone(), intent));
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_are_feed_urls_with_view_parameters_only() {
+        let base = "http://h:1";
+        let (feed, q) = topic_parts(base, "http://h:1/feeds/com%20ments/?order=modified&author=ann").unwrap();
+        assert_eq!(feed, "com ments");
+        assert_eq!(q.view_query(), "?order=modified&author=ann");
+        assert_eq!(topic_parts(base, "http://h:1/feeds/c").unwrap().0, "c");
+        for bad in [
+            "http://other/feeds/c/",
+            "http://h:1/feeds/",
+            "http://h:1/feeds/c/items/x",
+            "http://h:1/feeds/c/?since=cursor:1_0_1",
+            "http://h:1/feeds/c/#x",
+            "http://h:1/feeds/c/?author=Zoë",
+            "http://h:1/feeds/c/?author=a b",
+        ] {
+            assert!(topic_parts(base, bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn forms_and_leases() {
+        let f = Form::parse(b"hub.mode=subscribe&hub.topic=t%26u&other=1").unwrap();
+        assert_eq!((f.get("hub.mode"), f.get("hub.topic"), f.get("other")), (Some("subscribe"), Some("t&u"), None));
+        assert!(Form::parse(b"hub.mode=a&hub.mode=b").is_err(), "repeated");
+        assert!(f.required("hub.callback").is_err());
+        assert_eq!(lease(None, 10, 5, 20).unwrap(), 10);
+        assert_eq!(lease(Some("1"), 10, 5, 20).unwrap(), 5);
+        assert_eq!(lease(Some("99"), 10, 5, 20).unwrap(), 20);
+        assert!(lease(Some("-1"), 10, 5, 20).is_err());
+    }
+}

@@ -1,0 +1,180 @@
+//! The HTTP face (SPEC §9, §11): pull, long-poll, Server-Sent Events, archives and publish
+//! over HTTP, on axum. Like the XMPP face it only translates: every request becomes a call
+//! to [`Service`](feed::service::Service), every decision is the core's
+//! `Policy::may` (a bearer token acts as its configured JID), and held requests are woken
+//! by the same change stream that feeds XMPP pushes.
+//!
+//! Files: `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
+//! Atom, JSON-P, ETags), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
+//! `single_flight` (one read shared by many waiters), `cors` (cross-origin reads of open
+//! feeds), `sse` (event streams), `archive` (RFC 5005 documents), `writes` (PUT, POST,
+//! DELETE), `html_page` (the HTML page), `errors` (the one error type).
+//!
+//! [`hub`], the WebSub hub, lives beside the face: it uses the face's modules (errors,
+//! queries, formats), never the reverse; the wiring mounts its routes through
+//! [`router`]'s `more`.
+
+pub mod archive;
+pub mod auth;
+pub mod cors;
+pub mod errors;
+pub mod formats;
+pub mod html_page;
+pub mod hub;
+pub mod longpoll;
+pub mod pull;
+pub mod query;
+pub mod single_flight;
+pub mod sse;
+pub mod writes;
+
+use auth::{Actor, Tokens};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use errors::ApiError;
+use feed::admission::Admission;
+use feed::ports::Store;
+use feed::service::Service;
+use metrics::Metrics;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The settings of `[http]` the handlers use.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The public prefix, without a trailing `/`.
+    pub base: String,
+    pub max_timeout: u64,
+    pub cache_max_age: u64,
+    pub archive_page: u64,
+    pub archive_max_age: u64,
+}
+
+impl Settings {
+    pub fn hub(&self) -> String {
+        format!("{}/hub", self.base)
+    }
+}
+
+/// Everything a handler needs, shared behind one `Arc`.
+pub struct HttpState<S: Store> {
+    pub svc: Service<S>,
+    pub settings: Settings,
+    pub tokens: Tokens,
+    pub wakeups: Arc<longpoll::Wakeups>,
+    /// Shared re-reads of woken long-polls.
+    pub flights: Arc<single_flight::Flights>,
+    pub metrics: Arc<Metrics>,
+    /// Set at shutdown: held requests answer at once and streams end.
+    pub closing: tokio::sync::watch::Receiver<bool>,
+}
+
+impl<S: Store> HttpState<S> {
+    /// Resolves once shutdown has begun.
+    pub async fn closed(&self) {
+        let mut c = self.closing.clone();
+        let _ = c.wait_for(|c| *c).await;
+    }
+}
+
+pub type St<S> = State<Arc<HttpState<S>>>;
+
+/// How long reading a request body may take (a slow-loris body is cut off with 408).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The router of the HTTP face. `more` is routes served beside it (the WebSub hub's), behind
+/// the same gate, CORS, timeout and tracing; this face does not know what they are.
+pub fn router<S: Store>(state: Arc<HttpState<S>>, more: axum::Router) -> axum::Router {
+    // Longer than the longest long-poll, so only a stuck request is cut off.
+    let timeout = Duration::from_secs(state.settings.max_timeout + 30);
+    axum::Router::new()
+        .route("/", get(html_page::index))
+        .route("/health", get(health::<S>))
+        .route("/feeds/", get(pull::list::<S>))
+        .route("/feeds", get(pull::list::<S>))
+        .route("/feeds/{feed}/", get(pull::feed::<S>).post(writes::post::<S>))
+        .route("/feeds/{feed}", get(pull::feed::<S>).post(writes::post::<S>))
+        .route("/feeds/{feed}/items/{id}", get(pull::item::<S>).put(writes::put::<S>).delete(writes::delete::<S>))
+        .route("/feeds/{feed}/archive/", get(archive::recent::<S>))
+        .route("/feeds/{feed}/archive", get(archive::recent::<S>))
+        .route("/feeds/{feed}/archive/{k}", get(archive::numbered::<S>))
+        .fallback(|| async { ApiError::not_found("no such resource") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "not-allowed", "method not allowed here")
+        })
+        .with_state(state.clone())
+        .merge(more)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), gate::<S>))
+        .layer(cors::layer(state.svc.policy().clone()))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            timeout,
+        ))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+/// Every request: who it is (401 for an unknown token), its rate (per token JID, else per
+/// IP; admins are not limited), and its metrics.
+async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_string();
+    let res = async {
+        let actor = st.tokens.actor(req.headers())?;
+        if req.method() != Method::OPTIONS {
+            let key = match &actor {
+                Actor::Jid(j) => j.clone(),
+                Actor::Anonymous => req
+                    .extensions()
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .map_or_else(|| "unknown".to_string(), |c| c.0.ip().to_string()),
+            };
+            match st.svc.admit(actor.as_str(), &key) {
+                Admission::After(d) if d.is_zero() => {}
+                Admission::After(d) => tokio::time::sleep(d).await,
+                Admission::Refuse => return Err(ApiError::too_many(1)),
+            }
+        }
+        req.extensions_mut().insert(actor);
+        Ok::<_, ApiError>(next.run(req).await)
+    }
+    .await
+    .unwrap_or_else(IntoResponse::into_response);
+    st.metrics.http_request(route, res.status().as_u16(), started.elapsed());
+    res
+}
+
+/// `GET /health`: 200 when the store answers.
+async fn health<S: Store>(State(st): St<S>) -> Response {
+    match st.svc.store().read(|tx| Ok(tx.feeds(None, 1)?.len())).await {
+        Ok(_) => ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], r#"{"status":"ok"}"#)
+            .into_response(),
+        Err(e) => ApiError::from_feed(e, &Actor::Anonymous).into_response(),
+    }
+}
+
+/// Serves the HTTP face on `listener` until `stop` resolves. Held requests end with it.
+pub async fn serve<S: Store>(
+    listener: tokio::net::TcpListener,
+    state: Arc<HttpState<S>>,
+    more: axum::Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(state, more).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app).with_graceful_shutdown(stop).await
+}
+
+/// Raises the soft open-file limit to the hard one, so thousands of clients can connect
+/// (held long-polls and streams are one socket each). Returns the limit now in force.
+pub fn raise_open_files() -> Option<u64> {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open-file limit");
+            None
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! `GET` on a feed URL: a page of the view (JSON, Atom or JSON-P), held as a long-poll when
+//! it would be empty, or an event stream when `text/event-stream` is accepted; `GET` on an
+//! item URL; `GET BASE/feeds/`, the feeds the requester may read.
+
+use super::auth::Actor;
+use super::errors::{ApiError, quote};
+use super::formats::{Doc, Format, entry_atom, etag, item_json, jsonp, none_match};
+use super::query::FeedQuery;
+use super::{HttpState, St, sse};
+use axum::Extension;
+use axum::extract::Path;
+use axum::extract::rejection::PathRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use feed::paging::Page;
+use feed::policy::Access;
+use feed::ports::Store;
+use feed::service::{PullRequest, Service};
+use feed::{NodeName, View};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a path segment keeps unencoded.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// The parameters a feed URL takes.
+pub const PULL_PARAMS: &[&str] = &["order", "author", "category", "since", "until", "max", "timeout", "callback"];
+/// The default long-poll, seconds (SPEC §9).
+const DEFAULT_TIMEOUT: u64 = 55;
+
+/// `BASE/feeds/FEED/`.
+pub fn feed_base(base: &str, feed: &str) -> String {
+    format!("{base}/feeds/{}/", utf8_percent_encode(feed, SEGMENT))
+}
+
+pub fn path_error(e: PathRejection) -> ApiError {
+    ApiError::bad_request(format!("bad path: {}", quote(&e.body_text())))
+}
+
+/// A view as the face resolves it: its node name, the view and its feed URL.
+pub struct Resolved {
+    pub node: String,
+    pub view: View,
+    pub url: String,
+}
+
+/// Resolves the feed and view parameters of a request; `base` is the public prefix.
+pub fn resolve<S: Store>(svc: &Service<S>, base: &str, feed: &str, q: &FeedQuery) -> Result<Resolved, ApiError> {
+    let (node, name): (String, NodeName) = q.node(feed)?;
+    let view = svc.resolve(name);
+    let url = format!("{}{}", feed_base(base, feed), q.view_query());
+    Ok(Resolved { node, view, url })
+}
+
+/// Headers every pull answer carries: caching, `Link` (hub and self), CORS on open feeds.
+pub fn common_headers<S: Store>(st: &HttpState<S>, feed: &str, url: &str, cache: &str, res: &mut Response) {
+    let h = res.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(cache) {
+        h.insert(header::CACHE_CONTROL, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("<{}>; rel=\"hub\", <{url}>; rel=\"self\"", st.settings.hub())) {
+        h.insert(header::LINK, v);
+    }
+    if st.svc.policy().feed(feed).access == Access::Open {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    }
+}
+
+/// A body with its ETag, or 304 when the client has it.
+pub fn with_etag(headers: &HeaderMap, content_type: &str, body: String) -> Response {
+    let tag = etag(&[content_type.as_bytes(), body.as_bytes()]);
+    let matched = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|v| none_match(v, &tag));
+    let mut res = if matched {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, content_type.to_string())], body).into_response()
+    };
+    if let Ok(v) = HeaderValue::from_str(&tag) {
+        res.headers_mut().insert(header::ETAG, v);
+    }
+    res
+}
+
+fn accept(headers: &HeaderMap) -> &str {
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+/// `GET BASE/feeds/FEED/?…`.
+pub async fn feed<S: Store>(
+    st: St<S>,
+    Extension(actor): Extension<Actor>,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let st = st.0;
+    let Path(feed) = path.map_err(path_error)?;
+    let q = FeedQuery::parse(uri.query(), PULL_PARAMS)?;
+    let r = resolve(&st.svc, &st.settings.base, &feed, &q)?;
+    if accept(&headers).contains("text/event-stream") {
+        let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+        return sse::stream(st, actor, &feed, q, r, last_event_id).await;
+    }
+    let max = st.svc.page_size(q.max);
+    let req = PullRequest {
+        node: r.node.clone(),
+        max: Some(max),
+        after: q.since.clone(),
+        before: q.until.clone(),
+        ..PullRequest::default()
+    };
+    let mut page = st.svc.pull(actor.as_str(), req.clone()).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+    let timeout = q.timeout.unwrap_or(DEFAULT_TIMEOUT).min(st.settings.max_timeout);
+    if page.items.is_empty() && !r.view.order.descending && q.until.is_none() && max > 0 && timeout > 0 {
+        page = long_poll(&st, &actor, &r.view, req, Duration::from_secs(timeout)).await?;
+    }
+    let format = Format::from_accept(accept(&headers));
+    let title = st.svc.policy().feed(&feed).title.clone().unwrap_or_else(|| feed.clone());
+    let next = page.cursors.last().map(|c| {
+        let sep = if r.url.contains('?') { '&' } else { '?' };
+        format!("{}{sep}since=cursor%3A{c}&max={max}", r.url)
+    });
+    let hub = st.settings.hub();
+    let doc = Doc {
+        url: &r.url,
+        next,
+        hub: &hub,
+        title: &title,
+        total: page.count,
+        items: &page.items,
+        cursors: &page.cursors,
+    };
+    let body = match format {
+        Format::Json => doc.json().to_string(),
+        Format::Atom => {
+            let mut links = vec![("self", r.url.as_str())];
+            if let Some(n) = &doc.next {
+                links.push(("next", n.as_str()));
+            }
+            links.push(("hub", &hub));
+            doc.atom(&links, "")
+        }
+    };
+    let (ctype, body) = match &q.callback {
+        Some(cb) => ("application/javascript; charset=utf-8", jsonp(cb, &body, format == Format::Atom)),
+        None => (format.content_type(), body),
+    };
+    let mut res = with_etag(&headers, ctype, body);
+    common_headers(&st, &feed, &r.url, &format!("max-age={}", st.settings.cache_max_age), &mut res);
+    res.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept, Authorization"));
+    if q.callback.is_some() {
+        res.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    }
+    Ok(res)
+}
+
+/// Holds an empty answer until an item enters the view or `timeout` passes, re-reading the
+/// view after each wake-up (SPEC §9, long-poll).
+async fn long_poll<S: Store>(
+    st: &Arc<HttpState<S>>,
+    actor: &Actor,
+    view: &View,
+    req: PullRequest,
+    timeout: Duration,
+) -> Result<Page, ApiError> {
+    let deadline = Instant::now() + timeout;
+    let _held_metric = st.metrics.held("longpoll");
+    // Registered before the re-read, so a change committed after the first read is seen.
+    let mut held = st.wakeups.hold(view.clone());
+    let mut woken_by = None;
+    loop {
+        let page = match woken_by {
+            None => st.svc.pull(actor.as_str(), req.clone()).await,
+            // Every request woken by the same wake-up shares one read.
+            Some(generation) => st.flights.pull(&st.svc, actor.as_str(), &req, generation).await,
+        };
+        let page = page.map_err(|e| ApiError::from_feed(e, actor))?;
+        if !page.items.is_empty() {
+            return Ok(page);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::select! {
+            generation = held.changed() => woken_by = Some(generation),
+            _ = tokio::time::sleep(left) => return Ok(page),
+            _ = st.closed() => return Ok(page),
+        }
+    }
+}
+
+/// `GET BASE/feeds/FEED/items/ID`: one item, JSON or an Atom entry.
+pub async fn item<S: Store>(
+    st: St<S>,
+    Extension(actor): Extension<Actor>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let st = st.0;
+    let Path((feed, id)) = path.map_err(path_error)?;
+    let q = FeedQuery::parse(uri.query(), &["callback"])?;
+    let r = resolve(&st.svc, &st.settings.base, &feed, &FeedQuery::default())?;
+    let req = PullRequest { node: r.node, ids: vec![id.clone()], ..PullRequest::default() };
+    let page = st.svc.pull(actor.as_str(), req).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+    let (Some(item), Some(cursor)) = (page.items.first(), page.cursors.first()) else {
+        return Err(ApiError::not_found(format!("no item {:?} in {:?}", quote(&id), quote(&feed))));
+    };
+    let format = Format::from_accept(accept(&headers));
+    let body = match format {
+        Format::Json => item_json(item, cursor).to_string(),
+        Format::Atom => {
+            let e = entry_atom(item, cursor);
+            // Standing alone, the entry declares the prefixes it uses.
+            e.replacen(
+                ">",
+                &format!(r#" xmlns:fo="{}" xmlns:at="{}">"#, super::formats::FO, super::formats::TOMBSTONES),
+                1,
+            )
+        }
+    };
+    let ctype = match format {
+        Format::Json => "application/json; charset=utf-8",
+        Format::Atom => "application/atom+xml; type=entry; charset=utf-8",
+    };
+    let (ctype, body) = match &q.callback {
+        Some(cb) => ("application/javascript; charset=utf-8", jsonp(cb, &body, format == Format::Atom)),
+        None => (ctype, body),
+    };
+    let url = format!("{}items/{}", feed_base(&st.settings.base, &feed), utf8_percent_encode(&id, SEGMENT));
+    let mut res = with_etag(&headers, ctype, body);
+    common_headers(&st, &feed, &url, &format!("max-age={}", st.settings.cache_max_age), &mut res);
+    Ok(res)
+}
+
+/// `GET BASE/feeds/`: `{"feeds": [{"name", "title", "url"}]}` for the feeds the requester
+/// may read.
+pub async fn list<S: Store>(st: St<S>, Extension(actor): Extension<Actor>) -> Result<Response, ApiError> {
+    let st = st.0;
+    let feeds = st.svc.feeds(actor.as_str(), None, 10_000).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+    let feeds: Vec<serde_json::Value> = feeds
+        .into_iter()
+        .map(|f| serde_json::json!({"name": f.name, "title": f.title, "url": feed_base(&st.settings.base, &f.name)}))
+        .collect();
+    let mut res = axum::Json(serde_json::json!({ "feeds": feeds })).into_response();
+    res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(res)
+}

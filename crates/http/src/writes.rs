@@ -1,0 +1,146 @@
+//! Publishing over HTTP (SPEC §9): `PUT …/items/ID` publishes or updates that id, `POST` on
+//! the feed URL publishes with a generated id (201 + `Location`), `DELETE …/items/ID`
+//! retracts (204). A publisher's or admin's token is needed; the answer comes only after the
+//! change is durable, and the change reaches XMPP subscribers and held HTTP requests alike.
+
+use super::auth::Actor;
+use super::errors::{ApiError, quote};
+use super::pull::{feed_base, path_error};
+use super::{BODY_TIMEOUT, HttpState, St};
+use axum::Extension;
+use axum::body::Body;
+use axum::extract::Path;
+use axum::extract::rejection::PathRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use feed::ports::Store;
+use feed::service::PullRequest;
+use feed::{Entry, FeedError};
+use minidom::{Element, Node};
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use std::sync::Arc;
+
+/// Checks the content type, reads the body (bounded in size and time) and parses it as
+/// exactly one Atom entry.
+async fn read_entry<S: Store>(st: &HttpState<S>, headers: &HeaderMap, body: Body) -> Result<Entry, ApiError> {
+    let ctype = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mime = ctype.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if !matches!(mime.as_str(), "application/atom+xml" | "application/xml" | "text/xml") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "the body must be one Atom entry sent as application/atom+xml",
+        ));
+    }
+    let limit = st.svc.policy().limits.max_payload_bytes;
+    let too_big = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload-too-big",
+            format!("the entry is larger than {limit} bytes"),
+        )
+    };
+    // A little room for an XML declaration around an entry at the limit.
+    let bytes = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, limit + 1024)).await {
+        Err(_) => {
+            return Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "request-timeout", "the body came too slowly"));
+        }
+        Ok(Err(_)) => return Err(too_big()),
+        Ok(Ok(b)) => b,
+    };
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid-payload", "the body is not UTF-8"))?;
+    let text = text.trim_start_matches('\u{feff}');
+    let text = match text.trim_start().strip_prefix("<?xml") {
+        Some(rest) => rest.split_once("?>").map_or("", |(_, r)| r),
+        None => text,
+    };
+    let element: Element = text.trim().parse().map_err(|e: minidom::Error| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-payload",
+            format!("the body is not XML: {}", quote(&e.to_string())),
+        )
+    })?;
+    let entry = feed::atom::inspect_entry(std::iter::once(&Node::Element(element)))
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid-payload", e.to_string()))?;
+    if entry.xml.len() > limit {
+        return Err(too_big());
+    }
+    Ok(entry)
+}
+
+/// Publishes and answers `{"id", "cursor"}` (the cursor in the feed's `modified` order).
+async fn publish<S: Store>(
+    st: &Arc<HttpState<S>>,
+    actor: &Actor,
+    feed: &str,
+    id: Option<String>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(String, serde_json::Value), ApiError> {
+    if actor.is_anonymous() {
+        return Err(ApiError::unauthorized("publishing needs a publisher's bearer token"));
+    }
+    let err = |e: FeedError| ApiError::from_feed(e, actor);
+    if feed.contains('?') {
+        return Err(ApiError::bad_request("publish goes to the feed itself"));
+    }
+    // Authorised before the body is looked at, as over XMPP.
+    let target = st.svc.publish_target(actor.as_str(), feed).await.map_err(err)?;
+    let entry = read_entry(st, headers, body).await?;
+    let item = st.svc.publish_to(target, id, entry).await.map_err(err)?;
+    let req = PullRequest { node: format!("{feed}?order=modified"), ids: vec![item.id.clone()], ..Default::default() };
+    let page = st.svc.pull(actor.as_str(), req).await.map_err(err)?;
+    let cursor = page.cursors.first().map(|c| c.to_string());
+    Ok((item.id.clone(), serde_json::json!({ "id": item.id, "cursor": cursor })))
+}
+
+/// `PUT BASE/feeds/FEED/items/ID`.
+pub async fn put<S: Store>(
+    st: St<S>,
+    Extension(actor): Extension<Actor>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Path((feed, id)) = path.map_err(path_error)?;
+    let (_, doc) = publish(&st.0, &actor, &feed, Some(id), &headers, body).await?;
+    Ok(axum::Json(doc).into_response())
+}
+
+/// `POST BASE/feeds/FEED/`: a new item with a generated id.
+pub async fn post<S: Store>(
+    st: St<S>,
+    Extension(actor): Extension<Actor>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Path(feed) = path.map_err(path_error)?;
+    let (id, doc) = publish(&st.0, &actor, &feed, None, &headers, body).await?;
+    let location =
+        format!("{}items/{}", feed_base(&st.0.settings.base, &feed), utf8_percent_encode(&id, NON_ALPHANUMERIC));
+    let mut res = (StatusCode::CREATED, axum::Json(doc)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        res.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(res)
+}
+
+/// `DELETE BASE/feeds/FEED/items/ID`: a tombstone, 204.
+pub async fn delete<S: Store>(
+    st: St<S>,
+    Extension(actor): Extension<Actor>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path((feed, id)) = path.map_err(path_error)?;
+    if actor.is_anonymous() {
+        return Err(ApiError::unauthorized("retracting needs a publisher's bearer token"));
+    }
+    if feed.contains('?') {
+        return Err(ApiError::bad_request("retract goes to the feed itself"));
+    }
+    st.0.svc.retract(actor.as_str(), &feed, id).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

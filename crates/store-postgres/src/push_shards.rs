@@ -1,0 +1,348 @@
+//! Pushes shared by several instances on one database (SPEC §12): every change is pushed
+//! once, by one instance, in commit order per feed, whichever instance committed it.
+//!
+//! - **The log is the queue.** A write that emits a change with subscribed views appends it
+//!   to `push_log` in its own transaction (`WriteTx::emit`), so a change is owed exactly
+//!   when it is committed, and every commit is announced (`commit_notices`).
+//!   Rows of one feed are numbered in commit order (the feed's row is locked first), so
+//!   reading a shard's rows by number gives each feed's changes in order.
+//! - **Shards.** Feeds are spread over [`SHARDS`] shards (feed id modulo). An instance owns a
+//!   shard while its session holds the shard's advisory lock; only the owner pushes the
+//!   shard's changes. Instances whose XMPP link is up also hold a *presence* lock, so each
+//!   can count the live instances and own about its share: a new instance gets shards
+//!   within a tick, and when one dies (its session ends, its locks with it) the others take
+//!   its shards within a tick or two.
+//! - **Progress and fencing.** The owner reads a batch, hands it to the pusher, then deletes
+//!   the batch's rows in a transaction that first checks, under a share lock, that each
+//!   shard's epoch is still the one it raised when it took the shard. A taker raises the
+//!   epoch, so an instance that lost a shard (its session ended, its lock taken) fails that
+//!   check and stops after at most the batch in hand; the new owner starts from the rows
+//!   left, which is where pushing stopped. Around a crash, the batch in flight may be
+//!   pushed again by the new owner, or, if its rows were deleted before its pushes left,
+//!   not at all: subscribers see either as the `PreviousCursor` chain tells them.
+//! - **Wake-ups.** Every instance listens; a notification wakes the relay at once, and a
+//!   poll every [`TICK`] covers notifications lost with a connection.
+//!
+//! An instance whose link to the XMPP server is down owns nothing (a hot standby, or one
+//! whose server went away), so its shards go to instances that can deliver.
+
+use crate::error::Db;
+use feed::ports::{ChangeSink, Share, StoreError, StoreResult};
+use feed::{Change, Cursor, Item, ViewChange};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Row};
+
+/// Shards the feeds are spread over; `push_shards` has a row for each (schema version 3).
+pub const SHARDS: i32 = 16;
+/// Changes read and handed over per round; also what may be pushed twice or lost around a
+/// crash, so the pusher's own queue of changes should be no longer than this.
+pub const BATCH: usize = 64;
+/// How often shares are rebalanced and the log polled without a notification.
+pub const TICK: Duration = Duration::from_secs(1);
+
+/// Advisory lock classes (the first key of the two-key form): "sfpr" and "sfsh".
+const PRESENCE_CLASS: i32 = 0x7366_7072;
+const SHARD_CLASS: i32 = 0x7366_7368;
+
+/// The sessions holding a presence lock (`$1`: [`PRESENCE_CLASS`], as an oid): the live
+/// instances. Two-key advisory locks show their first key as `classid`, with `objsubid` 2.
+const COUNT_LIVE: &str = "SELECT count(*) FROM pg_locks
+    WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = $1
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+
+const PENDING: &str = "SELECT l.seq, l.shard, f.name, l.item_id, l.created, l.modified, l.deleted, l.when_ms,
+        l.payload, l.views, l.counts, l.previous, l.last
+    FROM push_log l JOIN feeds f ON f.id = l.feed
+    WHERE l.shard = ANY($1) ORDER BY l.seq LIMIT $2";
+
+/// Moves logged changes of the shards this instance owns to its pusher.
+pub struct Relay {
+    config: tokio_postgres::Config,
+    /// Written into `push_shards.owner`, for operators.
+    me: String,
+    out: mpsc::Sender<Change>,
+    /// Whether the XMPP link is up: an instance owns shards only then.
+    linked: watch::Receiver<bool>,
+    /// The shards held, for the WebSub hub, which delivers for the same feeds.
+    share: watch::Sender<Share>,
+    /// Also told of every change handed over (the WebSub hub's wake-ups).
+    also: Option<std::sync::Mutex<ChangeSink>>,
+}
+
+/// Why a session ended.
+enum End {
+    /// The pusher is gone: the process is stopping.
+    Stopped,
+    /// The link went down: every shard is let go until it is back.
+    Unlinked,
+}
+
+impl Relay {
+    /// A relay for the database at `url` (as `[store] url`), handing changes to `out`.
+    pub fn new(url: &str, out: mpsc::Sender<Change>, linked: watch::Receiver<bool>) -> Result<Relay, String> {
+        let config = super::parse_url(url)?;
+        let share = watch::Sender::new(Share { shards: Default::default(), of: SHARDS });
+        Ok(Relay { config, me: format!("pid {}", std::process::id()), out, linked, share, also: None })
+    }
+
+    /// Also hands every relayed batch to `sink`, after the pusher.
+    pub fn also(mut self, sink: ChangeSink) -> Relay {
+        self.also = Some(std::sync::Mutex::new(sink));
+        self
+    }
+
+    /// The shards this relay holds, as they change.
+    pub fn share(&self) -> watch::Receiver<Share> {
+        self.share.subscribe()
+    }
+
+    fn publish_share(&self, owned: &BTreeMap<i32, i64>) {
+        let shards = owned.keys().copied().collect();
+        self.share.send_if_modified(|s| {
+            let changed = s.shards != shards;
+            s.shards = shards;
+            changed
+        });
+    }
+
+    /// Runs until the pusher's queue closes: a session while the link is up, again after a
+    /// lost connection.
+    pub async fn run(mut self) {
+        loop {
+            if self.out.is_closed() {
+                return;
+            }
+            if !*self.linked.borrow() {
+                tokio::select! {
+                    _ = self.linked.wait_for(|up| *up) => {}
+                    _ = self.out.closed() => return,
+                }
+                continue;
+            }
+            let ended = self.session().await;
+            self.publish_share(&BTreeMap::new());
+            match ended {
+                Ok(End::Stopped) => return,
+                Ok(End::Unlinked) => tracing::info!("push relay: the link is down; shards let go"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "push relay: lost the database session; shards let go");
+                    tokio::time::sleep(TICK).await;
+                }
+            }
+        }
+    }
+
+    /// One database session: presence, shards and relaying, until it fails or ends.
+    /// Dropping the session's connection releases every lock it took.
+    async fn session(&mut self) -> StoreResult<End> {
+        let (mut client, mut conn) = self.config.connect(NoTls).await.db()?;
+        let wake = Arc::new(Notify::new());
+        let woken = wake.clone();
+        let driver = tokio::spawn(async move {
+            while let Some(msg) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+                match msg {
+                    Ok(AsyncMessage::Notification(_)) => woken.notify_one(),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "push relay: connection ended");
+                        break;
+                    }
+                }
+            }
+            // Whatever waits learns at its next statement that the session is gone.
+            woken.notify_one();
+        });
+        let _driver = AbortOnDrop(driver);
+        client.batch_execute(&format!("LISTEN {}", super::commit_notices::CHANNEL)).await.db()?;
+        take_presence(&client).await?;
+        let mut owned: BTreeMap<i32, i64> = BTreeMap::new();
+        loop {
+            if self.out.is_closed() {
+                return Ok(End::Stopped);
+            }
+            if !*self.linked.borrow() {
+                return Ok(End::Unlinked);
+            }
+            self.balance(&client, &mut owned).await?;
+            self.publish_share(&owned);
+            if let Some(end) = self.drain(&mut client, &mut owned).await? {
+                return Ok(end);
+            }
+            tokio::select! {
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep(TICK) => {}
+                _ = self.linked.changed() => {}
+                _ = self.out.closed() => {}
+            }
+        }
+    }
+
+    /// Owns about `SHARDS / live instances`: lets the surplus go, tries free shards when short.
+    async fn balance(&self, client: &Client, owned: &mut BTreeMap<i32, i64>) -> StoreResult<()> {
+        let live: i64 = client.query_one(COUNT_LIVE, &[&(PRESENCE_CLASS as u32)]).await.db()?.get(0);
+        let target = (SHARDS as usize).div_ceil(live.max(1) as usize);
+        let mut released = Vec::new();
+        while owned.len() > target {
+            let Some((shard, _)) = owned.pop_last() else { break };
+            client.execute("SELECT pg_advisory_unlock($1, $2)", &[&SHARD_CLASS, &shard]).await.db()?;
+            released.push(shard);
+        }
+        if !released.is_empty() {
+            tracing::info!(?released, live, "push relay: shards handed over to other instances");
+        }
+        let mut taken = Vec::new();
+        // Start where the instances are unlikely to collide.
+        let start = (std::process::id() % SHARDS as u32) as i32;
+        for i in 0..SHARDS {
+            if owned.len() >= target {
+                break;
+            }
+            let shard = (start + i) % SHARDS;
+            if owned.contains_key(&shard) {
+                continue;
+            }
+            let got: bool =
+                client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&SHARD_CLASS, &shard]).await.db()?.get(0);
+            if got {
+                let epoch: i64 = client
+                    .query_one(
+                        "UPDATE push_shards SET epoch = epoch + 1, owner = $2 WHERE shard = $1 RETURNING epoch",
+                        &[&shard, &self.me],
+                    )
+                    .await
+                    .db()?
+                    .get(0);
+                owned.insert(shard, epoch);
+                taken.push(shard);
+            }
+        }
+        if !taken.is_empty() {
+            tracing::info!(?taken, held = owned.len(), live, "push relay: shards taken");
+        }
+        Ok(())
+    }
+
+    /// Relays batches until the owned shards have nothing left; `Some` when the session
+    /// should end.
+    async fn drain(&mut self, client: &mut Client, owned: &mut BTreeMap<i32, i64>) -> StoreResult<Option<End>> {
+        loop {
+            let shards: Vec<i32> = owned.keys().copied().collect();
+            if shards.is_empty() {
+                return Ok(None);
+            }
+            let rows = client.query(PENDING, &[&shards, &(BATCH as i64)]).await.db()?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let mut done: Vec<(i64, i32)> = Vec::with_capacity(rows.len());
+            let mut relayed = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let (seq, shard): (i64, i32) = (row.try_get(0).db()?, row.try_get(1).db()?);
+                match change(row) {
+                    Ok(c) => {
+                        if self.also.is_some() {
+                            relayed.push(c.clone());
+                        }
+                        tokio::select! {
+                            sent = self.out.send(c) => if sent.is_err() { return Ok(Some(End::Stopped)) },
+                            _ = self.linked.wait_for(|up| !*up) => return Ok(Some(End::Unlinked)),
+                        }
+                    }
+                    // Never retried: a damaged row would stop its shard for good.
+                    Err(e) => tracing::error!(seq, error = %e, "push relay: a logged change cannot be read; skipped"),
+                }
+                done.push((seq, shard));
+            }
+            if let Some(also) = self.also.as_mut() {
+                (also.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner))(relayed);
+            }
+            self.settle(client, owned, &done).await?;
+            self.publish_share(owned);
+        }
+    }
+
+    /// Deletes relayed rows of the shards still ours (same epoch); forgets the others.
+    async fn settle(
+        &self,
+        client: &mut Client,
+        owned: &mut BTreeMap<i32, i64>,
+        done: &[(i64, i32)],
+    ) -> StoreResult<()> {
+        let shards: Vec<i32> = owned.keys().copied().collect();
+        let tx = client.transaction().await.db()?;
+        let epochs =
+            tx.query("SELECT shard, epoch FROM push_shards WHERE shard = ANY($1) FOR SHARE", &[&shards]).await.db()?;
+        let mut lost = Vec::new();
+        for r in epochs {
+            let (shard, epoch): (i32, i64) = (r.try_get(0).db()?, r.try_get(1).db()?);
+            if owned.get(&shard) != Some(&epoch) {
+                tracing::warn!(shard, epoch, "push relay: another instance took this shard; stopped pushing it");
+                owned.remove(&shard);
+                lost.push(shard);
+            }
+        }
+        let seqs: Vec<i64> = done.iter().filter(|(_, s)| owned.contains_key(s)).map(|(q, _)| *q).collect();
+        tx.execute("DELETE FROM push_log WHERE seq = ANY($1)", &[&seqs]).await.db()?;
+        tx.commit().await.db()?;
+        for shard in lost {
+            client.execute("SELECT pg_advisory_unlock($1, $2)", &[&SHARD_CLASS, &shard]).await.db()?;
+        }
+        Ok(())
+    }
+}
+
+/// Takes this session's presence lock, under a key no other live session holds.
+async fn take_presence(client: &Client) -> StoreResult<()> {
+    let base = std::process::id() as i32;
+    for i in 0..64i32 {
+        let key = base.wrapping_add(i.wrapping_mul(7919));
+        let got: bool =
+            client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&PRESENCE_CLASS, &key]).await.db()?.get(0);
+        if got {
+            return Ok(());
+        }
+    }
+    Err(StoreError::Busy("no free presence key".into()))
+}
+
+/// A logged change as the pusher takes it. An item in a push needs only its id and payload.
+fn change(row: &Row) -> StoreResult<Change> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("push_log: {what}"));
+    let payload =
+        super::payload::from_columns(row.try_get(6).db()?, row.try_get(7).db()?, row.try_get(8).db()?, "push_log")?;
+    let views: Vec<String> = row.try_get(9).db()?;
+    let counts: Vec<i64> = row.try_get(10).db()?;
+    let previous: Vec<Option<String>> = row.try_get(11).db()?;
+    let last: Vec<String> = row.try_get(12).db()?;
+    if counts.len() != views.len() || previous.len() != views.len() || last.len() != views.len() {
+        return Err(corrupt("views and their headers differ in number"));
+    }
+    let cursor = |t: &str| Cursor::parse(t).ok_or_else(|| corrupt("a malformed cursor"));
+    let mut out = Vec::with_capacity(views.len());
+    for (((view, count), previous), last) in views.into_iter().zip(counts).zip(previous).zip(last) {
+        out.push(ViewChange {
+            view,
+            count: count.max(0) as u64,
+            previous: previous.as_deref().map(cursor).transpose()?,
+            last: cursor(&last)?,
+        });
+    }
+    Ok(Change {
+        feed: row.try_get(2).db()?,
+        item: Item::bare(row.try_get(3).db()?, row.try_get(5).db()?, payload),
+        created: row.try_get(4).db()?,
+        views: out,
+    })
+}
+
+/// Aborts a task when dropped: the session's connection goes with the session.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

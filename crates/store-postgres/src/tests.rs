@@ -1,0 +1,348 @@
+//! What is the PostgreSQL store's own: migrations under concurrent starts, a schema that is
+//! too new, SQLSTATEs from a real server, several processes publishing to one feed, and
+//! connections that die between transactions. Behaviours every store shares are in
+//! `tests/store_conformance.rs`.
+
+use super::*;
+use feed::ports::Scope;
+use feed::{Entry, Filter, Key, Order, OrderBy};
+use testkit::postgres_server::TempServer;
+use tokio::sync::watch;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+async fn fresh() -> String {
+    TempServer::shared().create_database().await.unwrap()
+}
+
+async fn client(url: &str) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    (client, tokio::spawn(async move { conn.await.unwrap_or(()) }))
+}
+
+fn entry(id: &str) -> Entry {
+    Entry {
+        xml: format!("<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:{id}</id></entry>"),
+        atom_id: Some(format!("urn:{id}")),
+        author: None,
+        categories: vec![],
+    }
+}
+
+/// Publishes `id` into feed "f" (created on first use) the service's way: under the lock.
+async fn publish(store: &PostgresStore, id: String, now: i64) -> Result<feed::Item, FeedError> {
+    store
+        .write(move |tx| {
+            let mut f = match tx.feed_for_update("f")? {
+                Some(f) => f,
+                None => tx.create_feed("f")?,
+            };
+            tx.publish(&mut f, id.clone(), entry(&id), now, Order::default())
+        })
+        .await
+}
+
+#[test]
+fn instances_starting_together_migrate_once_and_a_newer_schema_is_refused() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let starts: Vec<_> = (0..4)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move { PostgresStore::connect(&url, None).await.map(|_| ()) })
+            })
+            .collect();
+        for s in starts {
+            s.await.unwrap().unwrap();
+        }
+        let (c, _task) = client(&url).await;
+        let version: i64 = c.query_one("SELECT version FROM smartfeeds_schema", &[]).await.unwrap().get(0);
+        assert_eq!(version, SCHEMA_VERSION);
+        let rows: i64 = c.query_one("SELECT COUNT(*) FROM smartfeeds_schema", &[]).await.unwrap().get(0);
+        assert_eq!(rows, 1);
+        c.execute("UPDATE smartfeeds_schema SET version = $1", &[&(SCHEMA_VERSION + 3)]).await.unwrap();
+        let err = PostgresStore::connect(&url, None).await.err();
+        assert_eq!(err, Some(StoreError::TooNew { found: SCHEMA_VERSION + 3, known: SCHEMA_VERSION }));
+        let version: i64 = c.query_one("SELECT version FROM smartfeeds_schema", &[]).await.unwrap().get(0);
+        assert_eq!(version, SCHEMA_VERSION + 3, "left alone");
+    });
+}
+
+#[test]
+fn an_upgrade_applies_pending_migrations_atomically() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let (mut c, _task) = client(&url).await;
+        schema::migrate_with(&mut c, &["CREATE TABLE a(x INT)"]).await.unwrap();
+        schema::migrate_with(&mut c, &["-", "CREATE TABLE b(y INT)", "INSERT INTO b VALUES (1)"]).await.unwrap();
+        let version: i64 = c.query_one("SELECT version FROM smartfeeds_schema", &[]).await.unwrap().get(0);
+        assert_eq!(version, 3);
+        let err = schema::migrate_with(&mut c, &["-", "-", "-", "CREATE TABLE c(z INT)", "NOT SQL"]).await.unwrap_err();
+        assert!(matches!(err, StoreError::Backend(_)), "{err:?}");
+        let version: i64 = c.query_one("SELECT version FROM smartfeeds_schema", &[]).await.unwrap().get(0);
+        assert_eq!(version, 3);
+        let c_exists: bool = c.query_one("SELECT to_regclass('c') IS NOT NULL", &[]).await.unwrap().get(0);
+        assert!(!c_exists, "the failed upgrade left nothing");
+    });
+}
+
+#[test]
+fn sqlstates_from_the_server_keep_their_kind() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let (c, _task) = client(&url).await;
+        let raise = |code: &'static str| {
+            let c = &c;
+            async move {
+                let sql = format!("DO $$ BEGIN RAISE EXCEPTION 'test' USING ERRCODE = '{code}'; END $$");
+                crate::error::store_error(c.batch_execute(&sql).await.unwrap_err())
+            }
+        };
+        assert!(matches!(raise("53100").await, StoreError::Full(_)));
+        assert!(matches!(raise("XX001").await, StoreError::Corrupt(_)));
+        assert!(matches!(raise("XX002").await, StoreError::Corrupt(_)));
+        for busy in ["40001", "40P01", "55P03", "08006"] {
+            assert!(matches!(raise(busy).await, StoreError::Busy(_)), "{busy}");
+        }
+        assert!(matches!(raise("23505").await, StoreError::Backend(_)));
+    });
+}
+
+/// Two stores on one database, as two processes would be, publish to one feed at once: every
+/// item gets its own created and modified seq, dense, and times never go back in seq order.
+#[test]
+fn instances_publishing_to_one_feed_take_turns_under_its_lock() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let a = PostgresStore::connect(&url, None).await.unwrap();
+        let b = PostgresStore::connect(&url, None).await.unwrap();
+        a.write(|tx| Ok(tx.create_feed("f")?)).await.unwrap();
+        let writers: Vec<_> = (0..40)
+            .map(|i| {
+                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+                // Wall clocks that disagree: the feed's clock never goes back anyway.
+                let now = 1_000 + (i % 7) * 3;
+                tokio::spawn(async move { publish(&store, format!("i{i}"), now).await.unwrap() })
+            })
+            .collect();
+        let mut items = Vec::new();
+        for w in writers {
+            items.push(w.await.unwrap());
+        }
+        let (row, scanned) = a
+            .read(|tx| {
+                let f = tx.feed("f")?.unwrap();
+                let all = Filter::default();
+                Ok((
+                    f.clone(),
+                    tx.scan(Scope { feed: f.id, by: OrderBy::Modified, filter: &all }, None, None, false, 100)?,
+                ))
+            })
+            .await
+            .unwrap();
+        assert_eq!((row.items, row.last_mseq), (40, 40));
+        let mut cseqs: Vec<i64> = items.iter().map(|i| i.created.seq).collect();
+        cseqs.sort();
+        assert_eq!(cseqs, (1..=40).collect::<Vec<_>>());
+        let mseqs: Vec<i64> = scanned.iter().map(|i| i.modified.seq).collect();
+        assert_eq!(mseqs, (1..=40).collect::<Vec<_>>());
+        assert!(scanned.windows(2).all(|w| w[0].modified.t <= w[1].modified.t), "times follow seqs");
+        a.close().await;
+        b.close().await;
+    });
+}
+
+/// While one instance holds a feed's lock in an open write, another's publish to that feed
+/// waits, and is stamped after it: commit order is cursor order.
+#[test]
+fn a_publish_waits_for_the_feed_locked_by_another_instance() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let a = PostgresStore::connect(&url, None).await.unwrap();
+        let b = PostgresStore::connect(&url, None).await.unwrap();
+        publish(&a, "first".into(), 10).await.unwrap();
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel::<()>();
+        let slow = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                a.write(move |tx| {
+                    let mut f = tx.feed_for_update("f")?.unwrap();
+                    let _ = locked_tx.send(());
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    tx.publish(&mut f, "slow".into(), entry("slow"), 20, Order::default())
+                })
+                .await
+                .unwrap()
+            })
+        };
+        tokio::task::spawn_blocking(move || locked_rx.recv().unwrap()).await.unwrap();
+        let fast = publish(&b, "fast".into(), 30).await.unwrap();
+        let slow = slow.await.unwrap();
+        assert!(fast.modified > slow.modified, "{fast:?} after {slow:?}");
+        assert_eq!((slow.modified.seq, fast.modified.seq), (2, 3));
+        assert_eq!(fast.modified, Key { t: 30, seq: 3 });
+    });
+}
+
+/// Connections that the server drops between transactions are replaced: reads and writes go
+/// on without an error.
+#[test]
+fn dropped_connections_are_replaced() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let store = PostgresStore::connect(&url, None).await.unwrap();
+        publish(&store, "a".into(), 10).await.unwrap();
+        store.read(|tx| Ok(tx.feed("f")?)).await.unwrap();
+        let (c, _task) = client(&url).await;
+        let killed: i64 = c
+            .query_one(
+                "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity
+                 WHERE application_name = 'smartfeeds' AND pid <> pg_backend_pid() AND datname = current_database()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(killed >= 1);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        publish(&store, "b".into(), 20).await.unwrap();
+        let f = store.read(|tx| Ok(tx.feed("f")?)).await.unwrap().unwrap();
+        assert_eq!(f.items, 2);
+    });
+}
+
+/// Two instances each lock one feed and then want the other's: PostgreSQL breaks the
+/// deadlock by failing one statement. That closure alone is rolled back and its caller gets
+/// `Busy` (try again); the other write commits.
+#[test]
+fn a_deadlock_between_instances_fails_one_closure_as_busy() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let a = PostgresStore::connect(&url, None).await.unwrap();
+        let b = PostgresStore::connect(&url, None).await.unwrap();
+        a.write(|tx| Ok((tx.create_feed("f")?, tx.create_feed("g")?))).await.unwrap();
+        let (a_locked, a_waits) = std::sync::mpsc::channel::<()>();
+        let (b_locked, b_waits) = std::sync::mpsc::channel::<()>();
+        let cross = |store: &PostgresStore, first: &'static str, then: &'static str, locked, other| {
+            let store = store.clone();
+            let (locked, other): (std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>) = (locked, other);
+            tokio::spawn(async move {
+                store
+                    .write(move |tx| {
+                        let mut f = tx.feed_for_update(first)?.unwrap();
+                        let _ = locked.send(());
+                        let _ = other.recv();
+                        tx.feed_for_update(then)?;
+                        f.last_t += 1;
+                        Ok(tx.save_feed(&f)?)
+                    })
+                    .await
+            })
+        };
+        let one = cross(&a, "f", "g", a_locked, b_waits);
+        let two = cross(&b, "g", "f", b_locked, a_waits);
+        let outcomes = [one.await.unwrap(), two.await.unwrap()];
+        let busy = outcomes.iter().filter(|o| matches!(o, Err(FeedError::Store(StoreError::Busy(_))))).count();
+        let ok = outcomes.iter().filter(|o| o.is_ok()).count();
+        assert_eq!((busy, ok), (1, 1), "{outcomes:?}");
+        let (f, g) = a.read(|tx| Ok((tx.feed("f")?.unwrap(), tx.feed("g")?.unwrap()))).await.unwrap();
+        assert_eq!(f.last_t + g.last_t, 1, "only the surviving write is committed");
+        // Both writers carry on.
+        publish(&a, "x".into(), 5).await.unwrap();
+        publish(&b, "y".into(), 6).await.unwrap();
+    });
+}
+
+/// Subscribes a JID to feed "f" (created on first use) in created order.
+async fn subscribe(store: &PostgresStore, jid: &str) {
+    let jid = jid.to_string();
+    store
+        .write(move |tx| {
+            let f = match tx.feed_for_update("f")? {
+                Some(f) => f,
+                None => tx.create_feed("f")?,
+            };
+            let sub = feed::ports::Subscription {
+                node: "f?order=created".into(),
+                view: "f?order=created".into(),
+                jid,
+                subid: "s".into(),
+            };
+            Ok(tx.put_subscription(f.id, &sub)?)
+        })
+        .await
+        .unwrap();
+}
+
+/// The ids of the next `n` changes a relay hands over.
+async fn relayed(rx: &mut mpsc::Receiver<feed::Change>, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let c = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a change").expect("open");
+        out.push(c.item.id);
+    }
+    out
+}
+
+#[test]
+fn the_relay_hands_each_logged_change_over_once_and_a_fenced_owner_stops_after_one_batch() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let store = PostgresStore::connect(&url, None).await.unwrap();
+        subscribe(&store, "ann@x").await;
+        for i in 0..3 {
+            publish(&store, format!("i{i}"), 10 + i).await.unwrap();
+        }
+        // Changes committed before any instance pushes wait in the log.
+        let (linked_tx, linked) = watch::channel(true);
+        let (tx, mut rx) = mpsc::channel(push_shards::BATCH);
+        tokio::spawn(push_shards::Relay::new(&url, tx, linked).unwrap().run());
+        assert_eq!(relayed(&mut rx, 3).await, ["i0", "i1", "i2"]);
+        // Each with what its view saw: the chain of cursors is in the log too. Handed over
+        // at once: the commit's notice wakes the relay (its poll is a second).
+        let published = std::time::Instant::now();
+        publish(&store, "i3".into(), 20).await.unwrap();
+        let c = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
+        assert!(published.elapsed() < push_shards::TICK / 2, "relayed after {:?}", published.elapsed());
+        assert_eq!((c.item.id.as_str(), c.views.len(), c.views[0].count), ("i3", 1, 4));
+        let (sql, _task) = client(&url).await;
+        let left = || async { sql.query_one("SELECT count(*) FROM push_log", &[]).await.unwrap().get::<_, i64>(0) };
+        let started = std::time::Instant::now();
+        while left().await > 0 {
+            assert!(started.elapsed() < Duration::from_secs(5), "relayed rows leave the log");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        // Another instance takes every shard over (raises the epochs): the old owner hands
+        // over the batch it had read, cannot record it, and stops; the rows stay, and the
+        // shard's next owner (here the same relay, after taking it again) starts from them.
+        sql.execute("UPDATE push_shards SET epoch = epoch + 1", &[]).await.unwrap();
+        publish(&store, "i4".into(), 30).await.unwrap();
+        assert_eq!(relayed(&mut rx, 1).await, ["i4"], "the batch in hand");
+        assert_eq!(relayed(&mut rx, 1).await, ["i4"], "again, by the shard's new owner");
+        publish(&store, "i5".into(), 40).await.unwrap();
+        assert_eq!(relayed(&mut rx, 1).await, ["i5"]);
+
+        // An instance whose link is down owns nothing: changes wait for one that can push.
+        linked_tx.send_replace(false);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        publish(&store, "i6".into(), 50).await.unwrap();
+        tokio::time::sleep(push_shards::TICK * 2).await;
+        assert!(rx.try_recv().is_err(), "nothing pushed while the link is down");
+        assert_eq!(left().await, 1);
+        let owners: i64 = sql
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(owners, 0, "no locks held while the link is down");
+        linked_tx.send_replace(true);
+        assert_eq!(relayed(&mut rx, 1).await, ["i6"]);
+    });
+}

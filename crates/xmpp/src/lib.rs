@@ -1,0 +1,23 @@
+//! The XMPP glue: stanzas in, service requests out, outcomes back into stanzas.
+//!
+//! [`payloads`] holds the XML payloads xmpp-parsers lacks or cannot parse the way we need
+//! them (the RSM-paged pubsub items query and result, the publish request with its raw item
+//! payload, XEP-0131 SHIM headers, pubsub#errors conditions) and the Atom entry inspection
+//! that turns a publish `<item>` into a [`feed::Entry`]. [`stanza_parts`] is how replies and
+//! pushes are written: xso's items with stored XML spliced in as it is; [`reply`] is what
+//! the router answers with. [`multicast`] sends one push to many subscribers through the
+//! server's XEP-0033 service.
+
+pub mod adhoc;
+pub mod bounce;
+pub mod component;
+pub mod dispatch;
+pub mod domain_slots;
+pub mod errors;
+pub mod iq;
+pub mod multicast;
+pub mod notify;
+pub mod payloads;
+pub mod reply;
+pub mod router;
+pub mod stanza_parts;

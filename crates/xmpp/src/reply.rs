@@ -1,0 +1,195 @@
+//! What the router answers an iq with, as the link writes it.
+
+use jid::Jid;
+use xmpp_parsers::iq::Iq;
+use xmpp_parsers::ns;
+use xmpp_parsers::rsm::SetResult;
+use xmpp_parsers::stanza_error::StanzaError;
+use xso::error::Error;
+use xso::exports::rxml::xml_ncname;
+
+use super::stanza_parts::{Part, Parts, ToParts, attr, end, head_end, items, start};
+use feed::atom::DeletedEntry;
+use feed::position::rfc3339;
+use feed::{Item, Payload};
+
+/// An answer to an iq.
+#[derive(Debug)]
+pub enum Reply {
+    /// Any iq reply.
+    Iq(Iq),
+    /// A page of items, written with each stored entry as it is stored.
+    Items(ItemsReply),
+}
+
+impl Reply {
+    /// The error, if this is one.
+    pub fn error(&self) -> Option<&StanzaError> {
+        match self {
+            Reply::Iq(Iq::Error { error, .. }) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// As standalone XML (for tests and logs; the link writes it into its stream).
+    pub fn to_xml(&self) -> String {
+        super::stanza_parts::to_xml(self).unwrap_or_else(|e| format!("<!-- unwritable reply: {e} -->"))
+    }
+}
+
+impl From<Iq> for Reply {
+    fn from(iq: Iq) -> Reply {
+        Reply::Iq(iq)
+    }
+}
+
+impl ToParts for Reply {
+    fn parts(&self) -> Result<Parts<'_>, Error> {
+        match self {
+            Reply::Iq(iq) => items(iq),
+            Reply::Items(page) => page.parts(),
+        }
+    }
+}
+
+/// What an item of a page carries.
+#[derive(Debug)]
+enum Carried {
+    /// The entry as stored: standalone XML, its namespace declared on it.
+    Stored(String),
+    Tombstone(DeletedEntry),
+}
+
+/// `<iq type="result"><pubsub><items node>ITEMS</items><set/></pubsub></iq>` (XEP-0060 §6.5
+/// with XEP-0059).
+#[derive(Debug)]
+pub struct ItemsReply {
+    from: Jid,
+    to: Jid,
+    id: String,
+    node: String,
+    items: Vec<(String, Carried)>,
+    set: Option<SetResult>,
+}
+
+impl ItemsReply {
+    /// The result of `id` from `from` to `to`: `items` of `node` in the view's order, and the
+    /// paging result `set`.
+    pub fn new(from: Jid, to: Jid, id: String, node: String, items: Vec<Item>, set: Option<SetResult>) -> ItemsReply {
+        let items = items
+            .into_iter()
+            .map(|item| {
+                let carried = match item.payload {
+                    Payload::Entry(xml) => Carried::Stored(xml),
+                    Payload::Tombstone { atom_ref, when } => {
+                        Carried::Tombstone(DeletedEntry { atom_ref, when: rfc3339(when) })
+                    }
+                };
+                (item.id, carried)
+            })
+            .collect();
+        ItemsReply { from, to, id, node, items, set }
+    }
+
+    fn parts(&self) -> Result<Parts<'_>, Error> {
+        let mut parts: Vec<Result<Part<'_>, Error>> = Vec::with_capacity(16 + 4 * self.items.len());
+        parts.extend(
+            [
+                start(ns::DEFAULT_NS, xml_ncname!("iq")),
+                attr(xml_ncname!("type"), "result"),
+                attr(xml_ncname!("from"), self.from.as_str()),
+                attr(xml_ncname!("to"), self.to.as_str()),
+                attr(xml_ncname!("id"), &self.id),
+                head_end(),
+                start(ns::PUBSUB, xml_ncname!("pubsub")),
+                head_end(),
+                start(ns::PUBSUB, xml_ncname!("items")),
+                attr(xml_ncname!("node"), &self.node),
+                head_end(),
+            ]
+            .into_iter()
+            .map(Ok),
+        );
+        for (id, carried) in &self.items {
+            parts.extend([start(ns::PUBSUB, xml_ncname!("item")), attr(xml_ncname!("id"), id), head_end()].map(Ok));
+            match carried {
+                Carried::Stored(xml) => parts.push(Ok(Part::Verbatim(xml))),
+                Carried::Tombstone(t) => parts.extend(items(t)?),
+            }
+            parts.push(Ok(end()));
+        }
+        parts.push(Ok(end()));
+        if let Some(set) = &self.set {
+            parts.extend(items(set)?);
+        }
+        parts.extend([end(), end()].map(Ok));
+        Ok(Box::new(parts.into_iter()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payloads::{ATOM, ItemsResult};
+    use minidom::Element;
+    use xmpp_parsers::rsm::First;
+
+    fn item(id: &str, payload: Payload) -> Item {
+        Item::bare(id.into(), 1, payload)
+    }
+
+    #[test]
+    fn a_page_is_written_with_its_entries_as_stored() {
+        let entry = "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:1</id><title>a &amp; b</title></entry>";
+        let items = vec![
+            item("i1", Payload::Entry(entry.into())),
+            item("i2", Payload::Tombstone { atom_ref: "urn:2".into(), when: 1_704_067_200_000 }),
+        ];
+        let set = SetResult {
+            first: Some(First { index: Some(4), item: "cursor:1_0_1".into() }),
+            last: Some("cursor:2_0_2".into()),
+            count: Some(427),
+        };
+        let from: Jid = "feeds.localhost".parse().unwrap();
+        let to: Jid = "a@localhost/r".parse().unwrap();
+        let reply = Reply::Items(ItemsReply::new(from, to, "q1".into(), "c?order=modified".into(), items, Some(set)));
+        let xml = reply.to_xml();
+        assert!(xml.contains(entry), "the stored entry goes out byte for byte: {xml}");
+        let expected: Element = "<iq xmlns='jabber:component:accept' type='result' from='feeds.localhost' \
+            to='a@localhost/r' id='q1'><pubsub xmlns='http://jabber.org/protocol/pubsub'><items node='c?order=modified'>\
+            <item id='i1'><entry xmlns='http://www.w3.org/2005/Atom'><id>urn:1</id><title>a &amp; b</title></entry></item>\
+            <item id='i2'><deleted-entry xmlns='http://purl.org/atompub/tombstones/1.0' ref='urn:2' when='2024-01-01T00:00:00.000Z'/></item>\
+            </items><set xmlns='http://jabber.org/protocol/rsm'><first index='4'>cursor:1_0_1</first>\
+            <last>cursor:2_0_2</last><count>427</count></set></pubsub></iq>"
+            .parse()
+            .unwrap();
+        let written: Element = xml.parse().unwrap();
+        assert_eq!(written, expected);
+
+        // A client reads it back with the result payload.
+        let iq = Iq::try_from(written).unwrap();
+        let Iq::Result { payload: Some(payload), .. } = iq else { panic!("a result with a payload") };
+        let page = ItemsResult::try_from(payload).unwrap();
+        assert_eq!(page.items.items.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["i1", "i2"]);
+        assert!(page.items.items[0].payload.as_ref().unwrap().is("entry", ATOM));
+        assert_eq!(page.rsm.unwrap().count, Some(427));
+    }
+
+    #[test]
+    fn an_empty_page_carries_the_count_only() {
+        let set = SetResult { first: None, last: None, count: Some(0) };
+        let reply = ItemsReply::new(
+            "feeds.localhost".parse().unwrap(),
+            "a@localhost".parse().unwrap(),
+            "q2".into(),
+            "c".into(),
+            Vec::new(),
+            Some(set),
+        );
+        let xml = Reply::Items(reply).to_xml();
+        assert!(
+            xml.ends_with("<items node='c'></items><set xmlns='http://jabber.org/protocol/rsm'><count>0</count></set></pubsub></iq>"),
+            "{xml}"
+        );
+    }
+}
