@@ -132,9 +132,26 @@ pub fn parse_stored(xml: &str) -> Result<Element, minidom::Error> {
     xml.parse()
 }
 
+/// `s` escaped for XML text and attribute values (either quote), borrowed when nothing
+/// needs escaping: minidom's escaping, for the places that write XML as text (documents,
+/// multicast address lists).
+pub fn escape(s: &str) -> std::borrow::Cow<'_, str> {
+    match minidom::element::escape(s.as_bytes()) {
+        std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(s),
+        // Only ASCII characters were replaced, by ASCII: still UTF-8.
+        std::borrow::Cow::Owned(v) => std::borrow::Cow::Owned(String::from_utf8(v).unwrap_or_default()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaping_replaces_the_five_specials_and_borrows_otherwise() {
+        assert_eq!(escape("a<b>&'\"é"), "a&lt;b&gt;&amp;&apos;&quot;é");
+        assert!(matches!(escape("plain é"), std::borrow::Cow::Borrowed(_)));
+    }
 
     fn item(xml: &str) -> Element {
         xml.parse().unwrap()

@@ -6,8 +6,8 @@
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
 use super::formats::Doc;
-use super::pull::{common_headers, feed_base, path_error, with_etag};
 use super::query::FeedQuery;
+use super::resolve::{common_headers, feed_base, path_error, with_etag};
 use super::{HttpState, St};
 use axum::Extension;
 use axum::extract::Path;

@@ -5,30 +5,9 @@
 //!
 //! [`Policy::may`]: feed::Policy::may
 
+pub use super::actor::Actor;
 use super::errors::ApiError;
 use axum::http::HeaderMap;
-
-/// The requester.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Actor {
-    Anonymous,
-    /// A bare JID, as configured for the token.
-    Jid(String),
-}
-
-impl Actor {
-    pub fn is_anonymous(&self) -> bool {
-        matches!(self, Actor::Anonymous)
-    }
-
-    /// What the policy is asked about: the JID, or the empty string (which no rule names).
-    pub fn as_str(&self) -> &str {
-        match self {
-            Actor::Anonymous => "",
-            Actor::Jid(j) => j,
-        }
-    }
-}
 
 /// The configured tokens.
 pub struct Tokens {

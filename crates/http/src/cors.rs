@@ -5,7 +5,7 @@
 //! since a preflight carries no token. Whitelist feeds and everything else get no CORS
 //! headers: their bearer tokens are not meant to live in other sites' pages. Pull answers of
 //! open feeds also carry `Access-Control-Allow-Origin: *` for clients that send no `Origin`
-//! (`pull::common_headers`).
+//! (`resolve::common_headers`).
 
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, Method, header};

@@ -2,7 +2,7 @@
 //! `{"error": CONDITION, "text": "…"}` (SPEC §9), with `WWW-Authenticate: Bearer` on 401 and
 //! `Retry-After` on 429. [`ApiError::from_feed`] is the table from the core's errors.
 
-use super::auth::Actor;
+use super::actor::Actor;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use feed::{FeedError, StoreError};

@@ -40,21 +40,7 @@ impl Format {
     }
 }
 
-/// XML text escaping, attributes included.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub use feed::atom::escape as esc;
 
 /// The RFC 6721 tombstone of a retracted item, standing alone.
 pub fn tombstone_xml(atom_ref: &str, when: i64) -> String {

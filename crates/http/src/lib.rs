@@ -4,8 +4,8 @@
 //! `Policy::may` (a bearer token acts as its configured JID), and held requests are woken
 //! by the same change stream that feeds XMPP pushes.
 //!
-//! Files: `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
-//! Atom, JSON-P, ETags), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
+//! Files: `actor` (who a request is), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
+//! Atom, JSON-P, ETags), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
 //! `single_flight` (one read shared by many waiters), `cors` (cross-origin reads of open
 //! feeds), `sse` (event streams), `archive` (RFC 5005 documents), `writes` (PUT, POST,
 //! DELETE), `html_page` (the HTML page), `errors` (the one error type).
@@ -14,6 +14,7 @@
 //! queries, formats), never the reverse; the wiring mounts its routes through
 //! [`router`]'s `more`.
 
+pub mod actor;
 pub mod archive;
 pub mod auth;
 pub mod cors;
@@ -24,6 +25,7 @@ pub mod hub;
 pub mod longpoll;
 pub mod pull;
 pub mod query;
+pub mod resolve;
 pub mod single_flight;
 pub mod sse;
 pub mod writes;
@@ -60,14 +62,18 @@ impl Settings {
     }
 }
 
+/// The re-reads woken long-polls share (see [`single_flight`]).
+pub type PullFlights =
+    single_flight::SingleFlight<(String, feed::service::PullRequest), u64, feed::paging::Page, feed::FeedError>;
+
 /// Everything a handler needs, shared behind one `Arc`.
 pub struct HttpState<S: Store> {
     pub svc: Service<S>,
     pub settings: Settings,
     pub tokens: Tokens,
     pub wakeups: Arc<longpoll::Wakeups>,
-    /// Shared re-reads of woken long-polls.
-    pub flights: Arc<single_flight::Flights>,
+    /// Shared re-reads of woken long-polls: by actor and request, for a wake-up generation.
+    pub flights: Arc<PullFlights>,
     pub metrics: Arc<Metrics>,
     /// Set at shutdown: held requests answer at once and streams end.
     pub closing: tokio::sync::watch::Receiver<bool>,

@@ -4,83 +4,27 @@
 
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
-use super::formats::{Doc, Format, entry_atom, etag, item_json, jsonp, none_match};
+use super::formats::{Doc, Format, entry_atom, item_json, jsonp};
 use super::query::FeedQuery;
+use super::resolve::{SEGMENT, common_headers, feed_base, path_error, resolve, with_etag};
 use super::{HttpState, St, sse};
 use axum::Extension;
 use axum::extract::Path;
 use axum::extract::rejection::PathRejection;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
+use feed::View;
 use feed::paging::Page;
-use feed::policy::Access;
 use feed::ports::Store;
-use feed::service::{PullRequest, Service};
-use feed::{NodeName, View};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use feed::service::PullRequest;
+use percent_encoding::utf8_percent_encode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What a path segment keeps unencoded.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
 /// The parameters a feed URL takes.
 pub const PULL_PARAMS: &[&str] = &["order", "author", "category", "since", "until", "max", "timeout", "callback"];
 /// The default long-poll, seconds (SPEC §9).
 const DEFAULT_TIMEOUT: u64 = 55;
-
-/// `BASE/feeds/FEED/`.
-pub fn feed_base(base: &str, feed: &str) -> String {
-    format!("{base}/feeds/{}/", utf8_percent_encode(feed, SEGMENT))
-}
-
-pub fn path_error(e: PathRejection) -> ApiError {
-    ApiError::bad_request(format!("bad path: {}", quote(&e.body_text())))
-}
-
-/// A view as the face resolves it: its node name, the view and its feed URL.
-pub struct Resolved {
-    pub node: String,
-    pub view: View,
-    pub url: String,
-}
-
-/// Resolves the feed and view parameters of a request; `base` is the public prefix.
-pub fn resolve<S: Store>(svc: &Service<S>, base: &str, feed: &str, q: &FeedQuery) -> Result<Resolved, ApiError> {
-    let (node, name): (String, NodeName) = q.node(feed)?;
-    let view = svc.resolve(name);
-    let url = format!("{}{}", feed_base(base, feed), q.view_query());
-    Ok(Resolved { node, view, url })
-}
-
-/// Headers every pull answer carries: caching, `Link` (hub and self), CORS on open feeds.
-pub fn common_headers<S: Store>(st: &HttpState<S>, feed: &str, url: &str, cache: &str, res: &mut Response) {
-    let h = res.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(cache) {
-        h.insert(header::CACHE_CONTROL, v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&format!("<{}>; rel=\"hub\", <{url}>; rel=\"self\"", st.settings.hub())) {
-        h.insert(header::LINK, v);
-    }
-    if st.svc.policy().feed(feed).access == Access::Open {
-        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-    }
-}
-
-/// A body with its ETag, or 304 when the client has it.
-pub fn with_etag(headers: &HeaderMap, content_type: &str, body: String) -> Response {
-    let tag = etag(&[content_type.as_bytes(), body.as_bytes()]);
-    let matched = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|v| none_match(v, &tag));
-    let mut res = if matched {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
-        ([(header::CONTENT_TYPE, content_type.to_string())], body).into_response()
-    };
-    if let Ok(v) = HeaderValue::from_str(&tag) {
-        res.headers_mut().insert(header::ETAG, v);
-    }
-    res
-}
 
 fn accept(headers: &HeaderMap) -> &str {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("")
@@ -173,7 +117,11 @@ async fn long_poll<S: Store>(
         let page = match woken_by {
             None => st.svc.pull(actor.as_str(), req.clone()).await,
             // Every request woken by the same wake-up shares one read.
-            Some(generation) => st.flights.pull(&st.svc, actor.as_str(), &req, generation).await,
+            Some(generation) => {
+                let (svc, who, asked) = (st.svc.clone(), actor.as_str().to_string(), req.clone());
+                let read = || async move { svc.pull(&who, asked).await };
+                st.flights.get((actor.as_str().to_string(), req.clone()), generation, read).await
+            }
         };
         let page = page.map_err(|e| ApiError::from_feed(e, actor))?;
         if !page.items.is_empty() {

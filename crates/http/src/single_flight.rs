@@ -1,155 +1,144 @@
-//! One store read for many woken long-polls.
+//! One store read for everyone asking the same thing at the same moment.
 //!
-//! A publish wakes every held request of the views it enters at once; ten thousand polls
-//! of one view, all asking the same thing, would otherwise make ten thousand identical
-//! reads of the store. Woken requests that ask the same (actor, request) for the same
-//! wake-up share one read instead: the first starts it, the others wait for its answer.
+//! A publish wakes every held request and every WebSub subscription of the views it enters
+//! at once: ten thousand long-polls of one view, or ten thousand callbacks, would otherwise
+//! make ten thousand identical reads. Callers name what they ask by a *group* (the view, or
+//! the actor and request) and a *tag* (what the answer depends on besides: the wake-up's
+//! generation, the progress mark). The first caller of a (group, tag) starts the read; the
+//! others, while it is in flight and after it ended, get its answer, until a caller of the
+//! same group with another tag replaces it. A failed read is not kept: the next caller reads
+//! again.
 //!
-//! Sharing is safe only for a read that began after the wake-up its sharers saw, or one
-//! could be handed a page from before the item that woke it (and wait again, past it). So
-//! the key holds the wake-up's generation (`longpoll::Held::changed`), which is global and
-//! only grows: a read for generation `g` is started by a request that already saw `g`, hence
-//! after the commit behind it. A flight leaves the table when it ends; one whose requests
-//! all went away is found dead (`WeakShared`) and started afresh.
+//! Sharing is safe only for a read that began after the change its sharers were woken by,
+//! or one could be handed a page from before that change (and wait again, past it). So the
+//! tag holds a generation that a change bumps *before* it wakes anyone: a read for
+//! generation `g` is started by a caller that already saw `g`, hence after the commit
+//! behind it.
 
-use feed::FeedError;
-use feed::paging::Page;
-use feed::ports::Store;
-use feed::service::{PullRequest, Service};
 use futures::FutureExt;
-use futures::future::{BoxFuture, Shared, WeakShared};
+use futures::future::{BoxFuture, Shared};
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::hash::Hash;
+use std::sync::{Mutex, PoisonError};
 
-/// A read, as every caller waiting for it holds it.
-type Read = BoxFuture<'static, Result<Page, FeedError>>;
-type Flight = Shared<Read>;
+/// Groups kept before finished reads are forgotten (in-flight ones always stay).
+const KEEP: usize = 4096;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-struct Key {
-    actor: String,
-    req: PullRequest,
-    generation: u64,
+type Read<V, E> = Shared<BoxFuture<'static, Result<V, E>>>;
+/// A group's read and the tag it was made for.
+type Entry<T, V, E> = (T, Read<V, E>);
+
+/// Reads by group, each with the tag it was made for.
+pub struct SingleFlight<G, T, V, E> {
+    map: Mutex<HashMap<G, Entry<T, V, E>>>,
 }
 
-/// Reads in flight, by what they ask.
-#[derive(Default)]
-pub struct Flights {
-    map: Mutex<HashMap<Key, WeakShared<Read>>>,
-}
-
-impl Flights {
-    /// `svc.pull(actor, req)`, shared with every other caller asking the same for the same
-    /// wake-up `generation`.
-    pub async fn pull<S: Store>(
-        self: &Arc<Self>,
-        svc: &Service<S>,
-        actor: &str,
-        req: &PullRequest,
-        generation: u64,
-    ) -> Result<Page, FeedError> {
-        let svc = svc.clone();
-        self.share(actor, req, generation, move |actor, req| async move { svc.pull(&actor, req).await }).await
+impl<G, T, V, E> Default for SingleFlight<G, T, V, E> {
+    fn default() -> Self {
+        SingleFlight { map: Mutex::new(HashMap::new()) }
     }
+}
 
-    /// `read(actor, req)`, unless a read of the same key is in flight: then its answer.
-    async fn share<F, Fut>(
-        self: &Arc<Self>,
-        actor: &str,
-        req: &PullRequest,
-        generation: u64,
-        read: F,
-    ) -> Result<Page, FeedError>
+impl<G, T, V, E> SingleFlight<G, T, V, E>
+where
+    G: Hash + Eq,
+    T: PartialEq,
+    V: Clone + Send + Sync + 'static,
+    E: Clone + Send + Sync + 'static,
+{
+    /// The answer of `read` for `group` at `tag`, shared as the module docs say.
+    pub async fn get<F, Fut>(&self, group: G, tag: T, read: F) -> Result<V, E>
     where
-        F: FnOnce(String, PullRequest) -> Fut,
-        Fut: Future<Output = Result<Page, FeedError>> + Send + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
     {
-        let key = Key { actor: actor.to_string(), req: req.clone(), generation };
-        let flight: Flight = {
+        let flight = {
             let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-            match map.get(&key).and_then(WeakShared::upgrade) {
-                Some(f) => f,
-                None => {
-                    map.retain(|_, f| f.upgrade().is_some());
-                    let (me, k) = (self.clone(), key.clone());
-                    let reading = read(key.actor.clone(), key.req.clone());
-                    let f = async move {
-                        let page = reading.await;
-                        me.map.lock().unwrap_or_else(PoisonError::into_inner).remove(&k);
-                        page
+            let failed = |f: &Read<V, E>| f.peek().is_some_and(Result::is_err);
+            match map.get(&group) {
+                Some((t, f)) if *t == tag && !failed(f) => f.clone(),
+                _ => {
+                    if map.len() >= KEEP {
+                        map.retain(|_, (_, f)| f.peek().is_none());
                     }
-                    .boxed()
-                    .shared();
-                    if let Some(weak) = f.downgrade() {
-                        map.insert(key, weak);
-                    }
+                    let f = read().boxed().shared();
+                    map.insert(group, (tag, f.clone()));
                     f
                 }
             }
         };
         flight.await
     }
+
+    /// Groups held now (finished reads included).
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::sync::watch;
 
-    /// A read that counts itself and answers once `go` is true, with a page of `count` items.
-    fn gated(
-        reads: &Arc<AtomicUsize>,
-        go: &watch::Receiver<bool>,
-    ) -> impl FnOnce(String, PullRequest) -> futures::future::BoxFuture<'static, Result<Page, FeedError>> + use<> {
-        let (reads, mut go) = (reads.clone(), go.clone());
-        move |_, _| {
-            let n = reads.fetch_add(1, Ordering::SeqCst) as u64 + 1;
-            async move {
-                let _ = go.wait_for(|g| *g).await;
-                Ok(Page { count: n, ..Page::default() })
-            }
-            .boxed()
+    type Flights = SingleFlight<&'static str, u64, usize, String>;
+
+    /// A read that counts itself and answers, once `go` is true, with its own number.
+    fn gated(reads: &Arc<AtomicUsize>, go: &watch::Receiver<bool>) -> BoxFuture<'static, Result<usize, String>> {
+        let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut go = go.clone();
+        async move {
+            let _ = go.wait_for(|g| *g).await;
+            Ok(n)
         }
+        .boxed()
     }
 
     #[tokio::test]
-    async fn callers_of_one_wake_up_share_a_read_and_later_ones_read_again() {
+    async fn callers_of_one_tag_share_a_read_and_another_tag_reads_again() {
         let flights = Arc::new(Flights::default());
         let reads = Arc::new(AtomicUsize::new(0));
         let (open, go) = watch::channel(false);
-        let req = PullRequest { node: "f?order=created".into(), ..PullRequest::default() };
-        let waiting: Vec<_> = (0..10)
-            .map(|_| {
-                let (flights, req, read) = (flights.clone(), req.clone(), gated(&reads, &go));
-                tokio::spawn(async move { flights.share("a@x", &req, 7, read).await })
-            })
-            .collect();
-        // Another actor, or another wake-up, is another read.
-        let other_actor = {
-            let (flights, req, read) = (flights.clone(), req.clone(), gated(&reads, &go));
-            tokio::spawn(async move { flights.share("b@x", &req, 7, read).await })
+        let ask = |group: &'static str, tag: u64| {
+            let (flights, reads, go) = (flights.clone(), reads.clone(), go.clone());
+            tokio::spawn(async move { flights.get(group, tag, || gated(&reads, &go)).await })
         };
-        let other_generation = {
-            let (flights, req, read) = (flights.clone(), req.clone(), gated(&reads, &go));
-            tokio::spawn(async move { flights.share("a@x", &req, 8, read).await })
-        };
-        while flights.map.lock().unwrap().len() < 3 {
+        let waiting: Vec<_> = (0..10).map(|_| ask("a", 7)).collect();
+        let other_group = ask("b", 7);
+        while flights.len() < 2 {
             tokio::task::yield_now().await;
         }
         open.send_replace(true);
-        let mut counts = Vec::new();
+        let mut answers = Vec::new();
         for w in waiting {
-            counts.push(w.await.unwrap().unwrap().count);
+            answers.push(w.await.unwrap().unwrap());
         }
-        assert!(counts.iter().all(|&c| c == counts[0]), "one answer for all: {counts:?}");
-        assert_ne!(other_actor.await.unwrap().unwrap().count, counts[0]);
-        assert_ne!(other_generation.await.unwrap().unwrap().count, counts[0]);
-        assert_eq!(reads.load(Ordering::SeqCst), 3, "three reads for twelve callers");
-        // Finished flights leave the table: the same key later reads afresh.
-        assert_eq!(flights.map.lock().unwrap().len(), 0);
-        let again = flights.share("a@x", &req, 7, gated(&reads, &go)).await.unwrap();
-        assert_eq!(again.count, 4);
+        assert!(answers.iter().all(|&a| a == answers[0]), "one answer for all: {answers:?}");
+        assert_ne!(other_group.await.unwrap().unwrap(), answers[0]);
+        assert_eq!(reads.load(Ordering::SeqCst), 2, "two reads for eleven callers");
+        // A finished read still serves its tag; a new tag reads again.
+        assert_eq!(ask("a", 7).await.unwrap().unwrap(), answers[0]);
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        assert_eq!(ask("a", 8).await.unwrap().unwrap(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_is_not_kept() {
+        let flights = Flights::default();
+        let n = AtomicUsize::new(0);
+        let read = || {
+            let k = n.fetch_add(1, Ordering::SeqCst);
+            async move { if k == 0 { Err("busy".to_string()) } else { Ok(k) } }
+        };
+        assert!(flights.get("a", 1, read).await.is_err());
+        assert_eq!(flights.get("a", 1, read).await, Ok(1), "read again after the failure");
+        assert_eq!(flights.get("a", 1, read).await, Ok(1), "then kept");
     }
 }

@@ -5,7 +5,7 @@
 
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
-use super::pull::{feed_base, path_error};
+use super::resolve::{feed_base, path_error};
 use super::{BODY_TIMEOUT, HttpState, St};
 use axum::Extension;
 use axum::body::Body;

@@ -16,24 +16,8 @@ pub const NS_RSM: &str = "http://jabber.org/protocol/rsm";
 pub const NS_SHIM: &str = "http://jabber.org/protocol/shim";
 pub const NS_ATOM: &str = "http://www.w3.org/2005/Atom";
 
-/// Escapes text for an attribute value (quoted with `'` or `"`) or character data.
-pub fn esc(s: &str) -> Cow<'_, str> {
-    if !s.contains(['&', '<', '>', '\'', '"']) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\'' => out.push_str("&apos;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
+/// XML escaping: the core's (minidom's), so the tool writes what the service would.
+pub use feed::atom::escape as esc;
 
 /// How a pull asks for its page.
 #[derive(Clone, Debug)]

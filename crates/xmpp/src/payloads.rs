@@ -8,7 +8,7 @@
 //!
 //! - [`items`]: `<pubsub><items/><set/></pubsub>`, which `PubSub::try_from` rejects, and the
 //!   paged items result;
-//! - [`publish`]: `<pubsub><publish><item/></publish></pubsub>` keeping *every* child of the
+//! - [`publish_item`]: `<pubsub><publish><item/></publish></pubsub>` keeping *every* child of the
 //!   item, because xmpp-parsers' `pubsub::Item` keeps the first element and silently drops
 //!   the rest (a payload of two entries would pass as one);
 //! - [`shim`]: XEP-0131 headers (xmpp-parsers has no SHIM module);
@@ -22,7 +22,7 @@ pub mod addresses;
 pub mod commands;
 pub mod event;
 pub mod items;
-pub mod publish;
+pub mod publish_item;
 pub mod pubsub_errors;
 pub mod shim;
 pub mod subscriptions;
@@ -32,7 +32,7 @@ pub use feed::atom::{
     ATOM, DeletedEntry, EntryError, TOMBSTONES, inspect_entry, inspect_item, parse_stored, tombstone,
 };
 pub use items::{ItemsPage, ItemsQuery, ItemsRequest, ItemsResult, PageItem};
-pub use publish::{Publish, PublishItem, PublishRequest, publish_result};
+pub use publish_item::{Publish, PublishItem, PublishRequest, publish_result};
 pub use pubsub_errors::{PubSubErrorCondition, stanza_error};
 pub use shim::{Header, Headers, SyncHeaders};
 

@@ -1,7 +1,8 @@
 //! The service: every operation a client can ask for, whichever face it came through, as
 //! plain values in and typed outcomes out. Split by concern into files: `pull` (pages,
 //! node meta-data, the feed list), `publish` (publish, update, retract), `subscriptions`,
-//! `fanout` (who gets a change, and bounces), `admin`. Every decision about who may do
+//! `fanout` (who gets a change, and bounces), `admin`, `websub` (callback subscriptions,
+//! their progress and the outbox, for the WebSub hub). Every decision about who may do
 //! what is asked of [`Policy::may`].
 
 mod admin;
@@ -9,11 +10,13 @@ mod fanout;
 mod publish;
 mod pull;
 mod subscriptions;
+mod websub;
 
 pub use fanout::{Bounce, Recipients};
 
 pub use publish::Target;
 pub use pull::{FeedSummary, NodeInfo, PullRequest};
+pub use websub::{CallbackSubscription, Housekeeping};
 
 use super::admission::{Admission, Limiter};
 use super::error::FeedError;

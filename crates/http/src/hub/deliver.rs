@@ -84,11 +84,9 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
         let (feed, view, batch) = (sub.feed, sub.view.clone(), hub.config.max_batch);
         let key = (w.feed.clone(), sub.view.clone());
         let generation = hub.registry.generations.get(&key);
-        let store = hub.svc.store().clone();
-        let read = hub
-            .reads
-            .get(&key, generation, delivered, || store.read(move |tx| Ok(tx.outbox(feed, &view, delivered, batch)?)))
-            .await;
+        let svc = hub.svc.clone();
+        let read = || async move { svc.outbox(feed, view, delivered, batch).await.map(Arc::new) };
+        let read = hub.reads.get(key, (generation, delivered), read).await;
         let entries = match read {
             Ok(e) => e,
             Err(e) => {
@@ -116,7 +114,7 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
             Ended::Gone => {
                 hub.metrics.hub.delivery("gone");
                 tracing::info!(subscription = sub.id, "callback answered 410 Gone: subscription ended");
-                if let Err(e) = hub.unsubscribed(&w.feed, &sub.view, &sub.callback).await {
+                if let Err(e) = hub.unsubscribed(None, &w.feed, &sub.view, &sub.callback).await {
                     tracing::warn!(error = %e, subscription = sub.id, "cannot remove a gone subscription");
                 }
                 return;

@@ -37,14 +37,14 @@ mod deliver;
 pub mod document;
 mod registry;
 pub mod request;
-mod shared_reads;
 mod verify;
 
 use crate::hub::config::HubConfig;
+use crate::single_flight::SingleFlight;
 use feed::FeedError;
-use feed::outbox::HubSubscription;
+use feed::outbox::{HubSubscription, OutboxEntry};
 use feed::ports::{Share, Store};
-use feed::service::Service;
+use feed::service::{CallbackSubscription, Housekeeping, Service};
 use metrics::Metrics;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -52,7 +52,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 
 pub use registry::Registry;
-use registry::Worker;
+use registry::{ViewKey, Worker};
 
 /// How often leases are expired, the outbox pruned and its gauges read.
 const HOUSEKEEPING: Duration = Duration::from_secs(5);
@@ -85,7 +85,8 @@ pub struct Hub<S: Store> {
     client: reqwest::Client,
     metrics: Arc<Metrics>,
     registry: Arc<Registry>,
-    reads: shared_reads::SharedReads,
+    /// One outbox read for all the subscriptions of a view, per change and progress mark.
+    reads: SingleFlight<ViewKey, (u64, i64), Arc<Vec<OutboxEntry>>, FeedError>,
     slots: Arc<Semaphore>,
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Progress not saved yet: subscription id → outbox seq delivered up to.
@@ -116,7 +117,7 @@ impl<S: Store> Hub<S> {
             client,
             metrics,
             registry,
-            reads: shared_reads::SharedReads::default(),
+            reads: SingleFlight::default(),
             slots: Arc::new(Semaphore::new(config.max_concurrent)),
             hosts: Mutex::default(),
             acks: Mutex::default(),
@@ -158,7 +159,7 @@ impl<S: Store> Hub<S> {
     async fn load(self: &Arc<Self>) -> Result<(), FeedError> {
         let (mut after, mut ids) = (0, HashSet::new());
         loop {
-            let page = self.svc.store().read(move |tx| Ok(tx.hub_subscriptions(after, LOAD_PAGE)?)).await?;
+            let page = self.svc.callback_subscriptions(after, LOAD_PAGE).await?;
             for sub in &page {
                 ids.insert(sub.id);
                 self.run(sub.clone());
@@ -214,8 +215,7 @@ impl<S: Store> Hub<S> {
 
     /// A subscription as stored now (another instance may have moved its progress).
     async fn stored(&self, feed: i64, id: i64) -> Result<Option<HubSubscription>, FeedError> {
-        let subs = self.svc.store().read(move |tx| Ok(tx.hub_subscribers(feed)?)).await?;
-        Ok(subs.into_iter().find(|s| s.id == id))
+        self.svc.callback_subscription(feed, id).await
     }
 
     /// Saves progress every [`ACK_EVERY`] and keeps house every [`HOUSEKEEPING`] until
@@ -266,16 +266,7 @@ impl<S: Store> Hub<S> {
             return;
         }
         let batch: Vec<(i64, i64)> = pending.iter().map(|(k, v)| (*k, *v)).collect();
-        let saved = self
-            .svc
-            .store()
-            .write(move |tx| {
-                for (id, upto) in &batch {
-                    tx.hub_delivered(*id, *upto)?;
-                }
-                Ok(())
-            })
-            .await;
+        let saved = self.svc.save_delivered(batch).await;
         if let Err(e) = saved {
             tracing::warn!(error = %e, "cannot save WebSub delivery progress; will retry");
             for (id, upto) in pending {
@@ -287,17 +278,8 @@ impl<S: Store> Hub<S> {
     /// Ends expired leases, prunes the outbox, and reads its gauges.
     async fn housekeeping(&self) {
         let (now, keep) = (now_ms(), self.config.max_backlog);
-        let done = self
-            .svc
-            .store()
-            .write(move |tx| {
-                let expired = tx.expire_hub_subscriptions(now)?;
-                let pruned = tx.prune_outbox(keep)?;
-                Ok((expired, pruned, tx.outbox_stats()?))
-            })
-            .await;
-        match done {
-            Ok((expired, pruned, stats)) => {
+        match self.svc.websub_housekeeping(now, keep).await {
+            Ok(Housekeeping { expired, pruned, stats }) => {
                 if !expired.is_empty() {
                     let expired: HashSet<i64> = expired.into_iter().collect();
                     self.registry.remove(|s| expired.contains(&s.id));
@@ -321,19 +303,14 @@ impl<S: Store> Hub<S> {
         let expires = now_ms().saturating_add((intent.lease as i64).saturating_mul(1000));
         let sub = self
             .svc
-            .store()
-            .write(move |tx| {
-                let feed = tx.feed(&intent.feed)?.ok_or_else(|| FeedError::NodeNotFound(intent.feed.clone()))?;
-                Ok(tx.put_hub_subscription(&HubSubscription {
-                    id: 0,
-                    feed: feed.id,
-                    view: intent.view,
-                    topic: intent.topic,
-                    callback: intent.callback.to_string(),
-                    secret: intent.secret,
-                    expires,
-                    delivered: 0,
-                })?)
+            .subscribe_callback(CallbackSubscription {
+                actor: intent.actor,
+                feed: intent.feed,
+                view: intent.view,
+                topic: intent.topic,
+                callback: intent.callback.to_string(),
+                secret: intent.secret,
+                expires,
             })
             .await?;
         self.run(sub);
@@ -341,17 +318,16 @@ impl<S: Store> Hub<S> {
         Ok(())
     }
 
-    /// Ends a subscription: removed from the store, its task stopped.
-    async fn unsubscribed(&self, feed: &str, view: &str, callback: &str) -> Result<bool, FeedError> {
-        let (f, v, c) = (feed.to_string(), view.to_string(), callback.to_string());
-        let removed = self
-            .svc
-            .store()
-            .write(move |tx| match tx.feed(&f)? {
-                Some(row) => Ok(tx.delete_hub_subscription(row.id, &v, &c)?),
-                None => Ok(false),
-            })
-            .await?;
+    /// Ends a subscription: removed from the store, its task stopped. `actor` is who asked,
+    /// or `None` when the callback said it is gone.
+    async fn unsubscribed(
+        &self,
+        actor: Option<&str>,
+        feed: &str,
+        view: &str,
+        callback: &str,
+    ) -> Result<bool, FeedError> {
+        let removed = self.svc.unsubscribe_callback(actor, feed, view, callback).await?;
         self.registry.remove(|s| s.view == view && s.callback == callback);
         self.metrics.hub.subscriptions.set(self.registry.len() as i64);
         Ok(removed)

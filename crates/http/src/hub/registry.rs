@@ -2,7 +2,6 @@
 //! sink that wakes them. Made before the store opens (the sink must be handed to it), so it
 //! knows nothing of the store: [`super::Hub`] fills it and runs the tasks.
 
-use super::shared_reads::Generations;
 use feed::NodeName;
 use feed::outbox::HubSubscription;
 use feed::ports::ChangeSink;
@@ -10,6 +9,33 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::Notify;
+
+/// A view's key: the feed's name and the canonical view.
+pub type ViewKey = (String, String);
+
+/// How many changes each view has seen, counted by the change sink.
+#[derive(Default)]
+pub struct Generations {
+    inner: Mutex<HashMap<ViewKey, u64>>,
+}
+
+impl Generations {
+    /// Counts a change to the view (before any task is woken, see `single_flight`).
+    pub fn bump(&self, key: &ViewKey) {
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        match g.get_mut(key) {
+            Some(n) => *n += 1,
+            None => {
+                g.insert(key.clone(), 1);
+            }
+        }
+    }
+
+    /// The changes the view has seen.
+    pub fn get(&self, key: &ViewKey) -> u64 {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).get(key).copied().unwrap_or(0)
+    }
+}
 
 /// One subscription's delivery task, as the rest of the hub reaches it.
 pub(crate) struct Worker {

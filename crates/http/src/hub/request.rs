@@ -9,8 +9,8 @@ use super::callback;
 use super::verify::{self, Intent, Mode};
 use crate::auth::Actor;
 use crate::errors::{ApiError, quote};
-use crate::pull::resolve;
 use crate::query::FeedQuery;
+use crate::resolve::resolve;
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -131,7 +131,16 @@ pub async fn post<S: Store>(
     if secret.as_ref().is_some_and(|s| s.len() > MAX_SECRET) {
         return Err(ApiError::bad_request(format!("hub.secret must be under {} bytes", MAX_SECRET + 1)));
     }
-    let intent = Intent { mode, feed, view: r.view.canonical(), topic, callback, lease, secret };
+    let intent = Intent {
+        mode,
+        actor: actor.as_str().to_string(),
+        feed,
+        view: r.view.canonical(),
+        topic,
+        callback,
+        lease,
+        secret,
+    };
     tokio::spawn(verify::verify(hub.clone(), intent));
     Ok(StatusCode::ACCEPTED.into_response())
 }

@@ -29,6 +29,8 @@ impl Mode {
 #[derive(Clone, Debug)]
 pub struct Intent {
     pub mode: Mode,
+    /// Who asked (a bare JID, or empty when anonymous): asked again at verification.
+    pub actor: String,
     pub feed: String,
     /// The canonical view.
     pub view: String,
@@ -89,7 +91,10 @@ pub(super) async fn verify<S: Store>(hub: Arc<Hub<S>>, intent: Intent) {
     let (mode, view) = (intent.mode, intent.view.clone());
     let applied = match mode {
         Mode::Subscribe => hub.subscribed(intent).await,
-        Mode::Unsubscribe => hub.unsubscribed(&intent.feed, &intent.view, intent.callback.as_str()).await.map(|_| ()),
+        Mode::Unsubscribe => hub
+            .unsubscribed(Some(&intent.actor), &intent.feed, &intent.view, intent.callback.as_str())
+            .await
+            .map(|_| ()),
     };
     match applied {
         Ok(()) => tracing::info!(%host, mode = mode.as_str(), %view, "WebSub intent verified"),
@@ -107,6 +112,7 @@ mod tests {
     fn the_callback_keeps_its_query_and_gets_the_hub_parameters() {
         let intent = Intent {
             mode: Mode::Subscribe,
+            actor: String::new(),
             feed: "f".into(),
             view: "f?order=modified".into(),
             topic: "http://h/feeds/f/?order=modified".into(),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Deserialize;
 
-use super::publish::put;
+use super::put_entries::put;
 use super::{HttpCtx, kind};
 use crate::procstat;
 use crate::publish::default_prefix;

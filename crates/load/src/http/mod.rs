@@ -17,7 +17,7 @@
 
 mod archive;
 mod longpoll;
-mod publish;
+mod put_entries;
 mod websub;
 
 pub use crate::publish::EntryArgs as PublishArgs;
@@ -184,7 +184,7 @@ pub async fn run(common: HttpCommon, mode: Run) -> Result<Report, String> {
             let report = ctx.report("pull");
             pull::measure(&ctx, &args, &ctx.common.run, report).await
         }
-        Run::Publish(args) => publish::run(&ctx, &args).await,
+        Run::Publish(args) => put_entries::run(&ctx, &args).await,
         Run::Longpoll(args) => longpoll::run(&ctx, &args).await,
         Run::Archive(args) => archive::run(&ctx, &args).await,
         Run::Websub(args) => websub::run(&ctx, &args).await,

@@ -5,7 +5,7 @@
 //! `fo:prev_cursor` chain.
 
 use super::HttpCtx;
-use super::publish::put;
+use super::put_entries::put;
 use crate::procstat;
 use crate::report::{Report, Tally};
 use axum::body::Bytes;

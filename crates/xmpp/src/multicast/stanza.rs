@@ -7,6 +7,7 @@
 //! recipients are kept beside it: if the service refuses the message, each recipient's
 //! push is sent on its own after all.
 
+use feed::atom::escape;
 use std::sync::Arc;
 
 use crate::payloads::addresses::ADDRESS;
@@ -41,7 +42,7 @@ impl MulticastPush {
         let mut addresses = String::with_capacity(recipients.iter().map(|r| Self::address_len(r)).sum());
         for jid in recipients.iter() {
             addresses.push_str(ADDRESS_OPEN);
-            escape_into(jid, &mut addresses);
+            addresses.push_str(&escape(jid));
             addresses.push_str(ADDRESS_CLOSE);
         }
         MulticastPush { service, id, recipients, body, addresses }
@@ -50,7 +51,7 @@ impl MulticastPush {
     /// Bytes one recipient's address adds to the message (at most; exactly, for a JID
     /// without `& < > ' "`).
     pub fn address_len(jid: &str) -> usize {
-        ADDRESS_OPEN.len() + escaped_len(jid) + ADDRESS_CLOSE.len()
+        ADDRESS_OPEN.len() + escape(jid).len() + ADDRESS_CLOSE.len()
     }
 
     /// Bytes of the message without any address: the envelope, the body and the empty
@@ -60,9 +61,9 @@ impl MulticastPush {
     pub fn envelope_len(body: &PushBody, service: &str, id: &str) -> usize {
         let head = "<message xmlns='' from='' to='' type='headline' id=''>".len()
             + ns::DEFAULT_NS.len()
-            + escaped_len(&body.from)
-            + escaped_len(service)
-            + escaped_len(id);
+            + escape(&body.from).len()
+            + escape(service).len()
+            + escape(id).len();
         let addresses = "<addresses xmlns=''>".len() + ADDRESS.len() + "</addresses>".len();
         head + addresses + body.xml().len() + "</message>".len()
     }
@@ -97,35 +98,6 @@ impl ToParts for MulticastPush {
             end(),
         ];
         Ok(Box::new(parts.into_iter().map(Ok)))
-    }
-}
-
-/// Bytes `s` takes as an attribute value, counting each of `& < > ' "` as its longest
-/// escape.
-fn escaped_len(s: &str) -> usize {
-    let extra: usize = s
-        .bytes()
-        .map(|b| match b {
-            b'&' => 4,
-            b'<' | b'>' => 3,
-            b'\'' | b'"' => 5,
-            _ => 0,
-        })
-        .sum();
-    s.len() + extra
-}
-
-/// Appends `s` escaped for a `'`-quoted attribute value.
-fn escape_into(s: &str, out: &mut String) {
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\'' => out.push_str("&apos;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
     }
 }
 

@@ -1,0 +1,71 @@
+//! A request's feed and view as the face resolves them, and what every answer about a view
+//! carries: its URLs, caching, `Link` and CORS headers, the ETag.
+
+use super::HttpState;
+use super::errors::{ApiError, quote};
+use super::formats::{etag, none_match};
+use super::query::FeedQuery;
+use axum::extract::rejection::PathRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use feed::policy::Access;
+use feed::ports::Store;
+use feed::service::Service;
+use feed::{NodeName, View};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// What a path segment keeps unencoded.
+pub const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// `BASE/feeds/FEED/`.
+pub fn feed_base(base: &str, feed: &str) -> String {
+    format!("{base}/feeds/{}/", utf8_percent_encode(feed, SEGMENT))
+}
+
+pub fn path_error(e: PathRejection) -> ApiError {
+    ApiError::bad_request(format!("bad path: {}", quote(&e.body_text())))
+}
+
+/// A view as the face resolves it: its node name, the view and its feed URL.
+pub struct Resolved {
+    pub node: String,
+    pub view: View,
+    pub url: String,
+}
+
+/// Resolves the feed and view parameters of a request; `base` is the public prefix.
+pub fn resolve<S: Store>(svc: &Service<S>, base: &str, feed: &str, q: &FeedQuery) -> Result<Resolved, ApiError> {
+    let (node, name): (String, NodeName) = q.node(feed)?;
+    let view = svc.resolve(name);
+    let url = format!("{}{}", feed_base(base, feed), q.view_query());
+    Ok(Resolved { node, view, url })
+}
+
+/// Headers every pull answer carries: caching, `Link` (hub and self), CORS on open feeds.
+pub fn common_headers<S: Store>(st: &HttpState<S>, feed: &str, url: &str, cache: &str, res: &mut Response) {
+    let h = res.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(cache) {
+        h.insert(header::CACHE_CONTROL, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("<{}>; rel=\"hub\", <{url}>; rel=\"self\"", st.settings.hub())) {
+        h.insert(header::LINK, v);
+    }
+    if st.svc.policy().feed(feed).access == Access::Open {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    }
+}
+
+/// A body with its ETag, or 304 when the client has it.
+pub fn with_etag(headers: &HeaderMap, content_type: &str, body: String) -> Response {
+    let tag = etag(&[content_type.as_bytes(), body.as_bytes()]);
+    let matched = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|v| none_match(v, &tag));
+    let mut res = if matched {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, content_type.to_string())], body).into_response()
+    };
+    if let Ok(v) = HeaderValue::from_str(&tag) {
+        res.headers_mut().insert(header::ETAG, v);
+    }
+    res
+}
