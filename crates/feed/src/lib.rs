@@ -1,8 +1,19 @@
 //! The core, transport-free and storage-free: node names and views, position specs, T+O+C
 //! cursors, paging, the intents that stamp and store items, the policy that decides who may
-//! do what, and the service that serves every face. It knows nothing of XML, HTTP or SQL:
-//! faces hand it plain values, and it reaches storage only through the traits it owns
+//! do what, and the service that serves every face. It knows nothing of HTTP, SQL or the
+//! XMPP transport (its `Cargo.toml` names none of them, so the compiler keeps it so): faces
+//! hand it plain values, and it reaches storage only through the traits it owns
 //! ([`ports`]).
+//!
+//! - [`node`], [`position`], [`cursor`], [`paging`]: node names as views, position specs,
+//!   T+O+C cursors, and pages cut from a view.
+//! - [`item`], [`change`], [`outbox`]: items, the changes a commit emits, WebSub's outbox rows.
+//! - [`intents`]: publish, update and retract as the store's writes, stamped.
+//! - [`policy`]: the configuration's rules and the one `Policy::may`; [`admission`], the
+//!   per-sender request rate both faces admit requests by.
+//! - [`atom`]: an Atom entry as both faces take it (checked, fields the core filters on).
+//! - [`ports`]: the traits stores implement; [`service`]: what every face calls.
+//! - [`error`]: the closed set of outcomes, named after XEP-0060's conditions.
 
 pub mod admission;
 pub mod atom;

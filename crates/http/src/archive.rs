@@ -3,49 +3,35 @@
 //! holds items `(K-1)·P+1 … K·P`, newest first. Every document is one keyset read at a known
 //! creation index, so the oldest document of a huge feed costs what the newest does.
 
+use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
 use super::formats::Doc;
 use super::query::FeedQuery;
-use super::resolve::{common_headers, feed_base, path_error, with_etag};
+use super::resolve::{common_headers, feed_base, with_etag};
 use super::{HttpState, St};
-use axum::Extension;
-use axum::extract::Path;
-use axum::extract::rejection::PathRejection;
-use axum::http::{HeaderMap, Uri};
+use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use feed::ports::Store;
 use feed::service::PullRequest;
 use std::sync::Arc;
 
 /// `GET BASE/feeds/FEED/archive/`.
-pub async fn recent<S: Store>(
-    st: St<S>,
-    Extension(actor): Extension<Actor>,
-    path: Result<Path<String>, PathRejection>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let Path(feed) = path.map_err(path_error)?;
-    FeedQuery::parse(uri.query(), &[])?;
-    document(&st.0, &actor, &feed, None, &headers).await
+pub async fn recent<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Response, ApiError> {
+    FeedQuery::parse(asked.query.as_deref(), &[])?;
+    document(&st, &asked.actor, &asked.path, None, &asked.headers).await
 }
 
 /// `GET BASE/feeds/FEED/archive/K`.
-pub async fn numbered<S: Store>(
-    st: St<S>,
-    Extension(actor): Extension<Actor>,
-    path: Result<Path<(String, String)>, PathRejection>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let Path((feed, k)) = path.map_err(path_error)?;
-    FeedQuery::parse(uri.query(), &[])?;
+pub async fn numbered<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {
+    let Asked { actor, path: (feed, k), query, headers } = asked;
+    FeedQuery::parse(query.as_deref(), &[])?;
     let k = match k.parse::<u64>() {
         Ok(k) if k >= 1 => k,
         _ => return Err(ApiError::not_found(format!("no archive document {:?}", quote(&k)))),
     };
-    document(&st.0, &actor, &feed, Some(k), &headers).await
+    document(&st, &actor, &feed, Some(k), &headers).await
 }
 
 async fn document<S: Store>(

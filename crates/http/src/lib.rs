@@ -4,7 +4,7 @@
 //! `Policy::may` (a bearer token acts as its configured JID), and held requests are woken
 //! by the same change stream that feeds XMPP pushes.
 //!
-//! Files: `actor` (who a request is), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
+//! Files: `actor` (who a request is), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
 //! Atom, JSON-P, ETags), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
 //! `single_flight` (one read shared by many waiters), `cors` (cross-origin reads of open
 //! feeds), `sse` (event streams), `archive` (RFC 5005 documents), `writes` (PUT, POST,
@@ -16,6 +16,7 @@
 
 pub mod actor;
 pub mod archive;
+pub mod asked;
 pub mod auth;
 pub mod cors;
 pub mod errors;

@@ -2,16 +2,16 @@
 //! it would be empty, or an event stream when `text/event-stream` is accepted; `GET` on an
 //! item URL; `GET BASE/feeds/`, the feeds the requester may read.
 
+use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
 use super::formats::{Doc, Format, entry_atom, item_json, jsonp};
 use super::query::FeedQuery;
-use super::resolve::{SEGMENT, common_headers, feed_base, path_error, resolve, with_etag};
+use super::resolve::{SEGMENT, common_headers, feed_base, resolve, with_etag};
 use super::{HttpState, St, sse};
 use axum::Extension;
-use axum::extract::Path;
-use axum::extract::rejection::PathRejection;
-use axum::http::{HeaderMap, HeaderValue, Uri, header};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use feed::View;
 use feed::paging::Page;
@@ -31,16 +31,9 @@ fn accept(headers: &HeaderMap) -> &str {
 }
 
 /// `GET BASE/feeds/FEED/?…`.
-pub async fn feed<S: Store>(
-    st: St<S>,
-    Extension(actor): Extension<Actor>,
-    path: Result<Path<String>, PathRejection>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let st = st.0;
-    let Path(feed) = path.map_err(path_error)?;
-    let q = FeedQuery::parse(uri.query(), PULL_PARAMS)?;
+pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Response, ApiError> {
+    let Asked { actor, path: feed, query, headers } = asked;
+    let q = FeedQuery::parse(query.as_deref(), PULL_PARAMS)?;
     let r = resolve(&st.svc, &st.settings.base, &feed, &q)?;
     if accept(&headers).contains("text/event-stream") {
         let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_string);
@@ -137,16 +130,9 @@ async fn long_poll<S: Store>(
 }
 
 /// `GET BASE/feeds/FEED/items/ID`: one item, JSON or an Atom entry.
-pub async fn item<S: Store>(
-    st: St<S>,
-    Extension(actor): Extension<Actor>,
-    path: Result<Path<(String, String)>, PathRejection>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let st = st.0;
-    let Path((feed, id)) = path.map_err(path_error)?;
-    let q = FeedQuery::parse(uri.query(), &["callback"])?;
+pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {
+    let Asked { actor, path: (feed, id), query, headers } = asked;
+    let q = FeedQuery::parse(query.as_deref(), &["callback"])?;
     let r = resolve(&st.svc, &st.settings.base, &feed, &FeedQuery::default())?;
     let req = PullRequest { node: r.node, ids: vec![id.clone()], ..PullRequest::default() };
     let page = st.svc.pull(actor.as_str(), req).await.map_err(|e| ApiError::from_feed(e, &actor))?;

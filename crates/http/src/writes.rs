@@ -3,14 +3,13 @@
 //! retracts (204). A publisher's or admin's token is needed; the answer comes only after the
 //! change is durable, and the change reaches XMPP subscribers and held HTTP requests alike.
 
+use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
-use super::resolve::{feed_base, path_error};
+use super::resolve::feed_base;
 use super::{BODY_TIMEOUT, HttpState, St};
-use axum::Extension;
 use axum::body::Body;
-use axum::extract::Path;
-use axum::extract::rejection::PathRejection;
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use feed::ports::Store;
@@ -97,30 +96,18 @@ async fn publish<S: Store>(
 }
 
 /// `PUT BASE/feeds/FEED/items/ID`.
-pub async fn put<S: Store>(
-    st: St<S>,
-    Extension(actor): Extension<Actor>,
-    path: Result<Path<(String, String)>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let Path((feed, id)) = path.map_err(path_error)?;
-    let (_, doc) = publish(&st.0, &actor, &feed, Some(id), &headers, body).await?;
+pub async fn put<S: Store>(State(st): St<S>, asked: Asked<(String, String)>, body: Body) -> Result<Response, ApiError> {
+    let Asked { actor, path: (feed, id), headers, .. } = asked;
+    let (_, doc) = publish(&st, &actor, &feed, Some(id), &headers, body).await?;
     Ok(axum::Json(doc).into_response())
 }
 
 /// `POST BASE/feeds/FEED/`: a new item with a generated id.
-pub async fn post<S: Store>(
-    st: St<S>,
-    Extension(actor): Extension<Actor>,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let Path(feed) = path.map_err(path_error)?;
-    let (id, doc) = publish(&st.0, &actor, &feed, None, &headers, body).await?;
+pub async fn post<S: Store>(State(st): St<S>, asked: Asked<String>, body: Body) -> Result<Response, ApiError> {
+    let Asked { actor, path: feed, headers, .. } = asked;
+    let (id, doc) = publish(&st, &actor, &feed, None, &headers, body).await?;
     let location =
-        format!("{}items/{}", feed_base(&st.0.settings.base, &feed), utf8_percent_encode(&id, NON_ALPHANUMERIC));
+        format!("{}items/{}", feed_base(&st.settings.base, &feed), utf8_percent_encode(&id, NON_ALPHANUMERIC));
     let mut res = (StatusCode::CREATED, axum::Json(doc)).into_response();
     if let Ok(v) = HeaderValue::from_str(&location) {
         res.headers_mut().insert(header::LOCATION, v);
@@ -129,18 +116,14 @@ pub async fn post<S: Store>(
 }
 
 /// `DELETE BASE/feeds/FEED/items/ID`: a tombstone, 204.
-pub async fn delete<S: Store>(
-    st: St<S>,
-    Extension(actor): Extension<Actor>,
-    path: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let Path((feed, id)) = path.map_err(path_error)?;
+pub async fn delete<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {
+    let Asked { actor, path: (feed, id), .. } = asked;
     if actor.is_anonymous() {
         return Err(ApiError::unauthorized("retracting needs a publisher's bearer token"));
     }
     if feed.contains('?') {
         return Err(ApiError::bad_request("retract goes to the feed itself"));
     }
-    st.0.svc.retract(actor.as_str(), &feed, id).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+    st.svc.retract(actor.as_str(), &feed, id).await.map_err(|e| ApiError::from_feed(e, &actor))?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -1,4 +1,10 @@
-//! The XMPP glue: stanzas in, service requests out, outcomes back into stanzas.
+//! The XMPP face: stanzas in, service requests out, outcomes back into stanzas.
+//!
+//! [`component`] is the XEP-0114 link (login, the XML stream with its limits, keepalive,
+//! reconnects); [`dispatch`] hands what arrives to what handles it, admitting requests at
+//! their sender's rate and within their domain's slots ([`domain_slots`]); [`router`] serves
+//! one request through [`iq`], a file per request kind; [`notify`] turns committed changes
+//! into pushes; [`errors`] is the one table of stanza errors.
 //!
 //! [`payloads`] holds the XML payloads xmpp-parsers lacks or cannot parse the way we need
 //! them (the RSM-paged pubsub items query and result, the publish request with its raw item

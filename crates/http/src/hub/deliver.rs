@@ -114,7 +114,7 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
             Ended::Gone => {
                 hub.metrics.hub.delivery("gone");
                 tracing::info!(subscription = sub.id, "callback answered 410 Gone: subscription ended");
-                if let Err(e) = hub.unsubscribed(None, &w.feed, &sub.view, &sub.callback).await {
+                if let Err(e) = hub.unsubscribed(None, (&w.feed, &sub.view, &sub.callback)).await {
                     tracing::warn!(error = %e, subscription = sub.id, "cannot remove a gone subscription");
                 }
                 return;

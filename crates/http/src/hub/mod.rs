@@ -318,14 +318,12 @@ impl<S: Store> Hub<S> {
         Ok(())
     }
 
-    /// Ends a subscription: removed from the store, its task stopped. `actor` is who asked,
-    /// or `None` when the callback said it is gone.
+    /// Ends the subscription of `callback` to `view` of `feed`: removed from the store, its
+    /// task stopped. `actor` is who asked, or `None` when the callback said it is gone.
     async fn unsubscribed(
         &self,
         actor: Option<&str>,
-        feed: &str,
-        view: &str,
-        callback: &str,
+        (feed, view, callback): (&str, &str, &str),
     ) -> Result<bool, FeedError> {
         let removed = self.svc.unsubscribe_callback(actor, feed, view, callback).await?;
         self.registry.remove(|s| s.view == view && s.callback == callback);

@@ -92,7 +92,7 @@ pub(super) async fn verify<S: Store>(hub: Arc<Hub<S>>, intent: Intent) {
     let applied = match mode {
         Mode::Subscribe => hub.subscribed(intent).await,
         Mode::Unsubscribe => hub
-            .unsubscribed(Some(&intent.actor), &intent.feed, &intent.view, intent.callback.as_str())
+            .unsubscribed(Some(&intent.actor), (&intent.feed, &intent.view, intent.callback.as_str()))
             .await
             .map(|_| ()),
     };
