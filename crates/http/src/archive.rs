@@ -6,12 +6,13 @@
 use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
-use super::formats::Doc;
+use super::formats::{Doc, Format};
+use super::json_feed;
 use super::query::FeedQuery;
 use super::resolve::{common_headers, feed_base, with_etag};
 use super::{HttpState, St};
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use feed::ports::Store;
 use feed::service::PullRequest;
@@ -19,19 +20,32 @@ use std::sync::Arc;
 
 /// `GET BASE/feeds/FEED/archive/`.
 pub async fn recent<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Response, ApiError> {
-    FeedQuery::parse(asked.query.as_deref(), &[])?;
-    document(&st, &asked.actor, &asked.path, None, &asked.headers).await
+    let q = FeedQuery::parse(asked.query.as_deref(), ARCHIVE_PARAMS)?;
+    document(&st, &asked.actor, &asked.path, None, format(&q, &asked.headers)).await
 }
 
 /// `GET BASE/feeds/FEED/archive/K`.
 pub async fn numbered<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {
     let Asked { actor, path: (feed, k), query, headers } = asked;
-    FeedQuery::parse(query.as_deref(), &[])?;
+    let q = FeedQuery::parse(query.as_deref(), ARCHIVE_PARAMS)?;
     let k = match k.parse::<u64>() {
         Ok(k) if k >= 1 => k,
         _ => return Err(ApiError::not_found(format!("no archive document {:?}", quote(&k)))),
     };
-    document(&st, &actor, &feed, Some(k), &headers).await
+    document(&st, &actor, &feed, Some(k), format(&q, &headers)).await
+}
+
+/// The parameters an archive URL takes.
+const ARCHIVE_PARAMS: &[&str] = &["format"];
+
+/// Archives are Atom unless JSON Feed is asked for (by `format` or `Accept`).
+fn format<'h>(q: &FeedQuery, headers: &'h HeaderMap) -> (Format, &'h HeaderMap) {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let format = match q.format.unwrap_or_else(|| Format::from_accept(accept, Format::Atom)) {
+        Format::JsonFeed => Format::JsonFeed,
+        _ => Format::Atom,
+    };
+    (format, headers)
 }
 
 async fn document<S: Store>(
@@ -39,7 +53,7 @@ async fn document<S: Store>(
     actor: &Actor,
     feed: &str,
     k: Option<u64>,
-    headers: &HeaderMap,
+    (format, headers): (Format, &HeaderMap),
 ) -> Result<Response, ApiError> {
     let err = |e| ApiError::from_feed(e, actor);
     let (_, name) = FeedQuery::default().node(feed)?;
@@ -78,13 +92,23 @@ async fn document<S: Store>(
     let title = st.svc.policy().feed(feed).title.clone().unwrap_or_else(|| feed.to_string());
     let doc =
         Doc { url: &this, next: None, hub: &hub, title: &title, total: n, items: &page.items, cursors: &page.cursors };
-    let body = doc.atom(&links, if archived { "<fh:archive/>" } else { "" });
+    let body = match format {
+        Format::JsonFeed => {
+            let home = format!("{}/", st.settings.base);
+            let mut doc = json_feed::document(&doc, &home, &links);
+            if archived {
+                doc["_smartfeeds"]["archive"] = serde_json::Value::Bool(true);
+            }
+            doc.to_string()
+        }
+        _ => doc.atom(&links, if archived { "<fh:archive/>" } else { "" }),
+    };
     let cache = if archived {
         format!("public, max-age={}", st.settings.archive_max_age)
     } else {
         format!("max-age={}", st.settings.cache_max_age)
     };
-    let mut res = with_etag(headers, "application/atom+xml; charset=utf-8", body);
+    let mut res = with_etag(headers, format.content_type(), body);
     common_headers(st, feed, &this, &cache, &mut res);
     Ok(res)
 }

@@ -18,17 +18,31 @@ pub const HISTORY: &str = "http://purl.org/syndication/history/1.0";
 pub enum Format {
     Json,
     Atom,
+    /// JSON Feed 1.1 ([`crate::json_feed`]).
+    JsonFeed,
 }
 
 impl Format {
-    /// From `Accept`: Atom when it names Atom before (or without) JSON, else JSON.
-    pub fn from_accept(accept: &str) -> Format {
-        let atom = accept.find("application/atom+xml");
-        let json = accept.find("application/json");
-        match (atom, json) {
-            (Some(a), Some(j)) if a < j => Format::Atom,
-            (Some(_), None) => Format::Atom,
-            _ => Format::Json,
+    /// From `Accept`: the first of Atom, JSON Feed and JSON it names, else `default`.
+    pub fn from_accept(accept: &str, default: Format) -> Format {
+        [
+            (accept.find("application/atom+xml"), Format::Atom),
+            (accept.find("application/feed+json"), Format::JsonFeed),
+            (accept.find("application/json"), Format::Json),
+        ]
+        .into_iter()
+        .filter_map(|(at, f)| Some((at?, f)))
+        .min_by_key(|(at, _)| *at)
+        .map_or(default, |(_, f)| f)
+    }
+
+    /// From the `format` parameter: `json`, `atom` or `json-feed`.
+    pub fn from_param(value: &str) -> Option<Format> {
+        match value {
+            "json" => Some(Format::Json),
+            "atom" => Some(Format::Atom),
+            "json-feed" => Some(Format::JsonFeed),
+            _ => None,
         }
     }
 
@@ -36,6 +50,7 @@ impl Format {
         match self {
             Format::Json => "application/json; charset=utf-8",
             Format::Atom => "application/atom+xml; charset=utf-8",
+            Format::JsonFeed => crate::json_feed::CONTENT_TYPE,
         }
     }
 }
@@ -225,9 +240,13 @@ mod tests {
 
     #[test]
     fn accept_and_etags() {
-        assert_eq!(Format::from_accept("application/atom+xml"), Format::Atom);
-        assert_eq!(Format::from_accept("*/*"), Format::Json);
-        assert_eq!(Format::from_accept("application/json, application/atom+xml"), Format::Json);
+        assert_eq!(Format::from_accept("application/atom+xml", Format::Json), Format::Atom);
+        assert_eq!(Format::from_accept("*/*", Format::Json), Format::Json);
+        assert_eq!(Format::from_accept("*/*", Format::Atom), Format::Atom);
+        assert_eq!(Format::from_accept("application/json, application/atom+xml", Format::Json), Format::Json);
+        assert_eq!(Format::from_accept("application/feed+json, application/json", Format::Json), Format::JsonFeed);
+        assert_eq!(Format::from_param("json-feed"), Some(Format::JsonFeed));
+        assert_eq!(Format::from_param("rss"), None);
         let t = etag(&[b"x"]);
         assert!(none_match(&format!("\"zz\", {t}"), &t) && !none_match("\"zz\"", &t));
         assert_eq!(jsonp("cb", "{}", false), "/**/cb({});");

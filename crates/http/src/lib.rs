@@ -5,7 +5,7 @@
 //! by the same change stream that feeds XMPP pushes.
 //!
 //! Files: `actor` (who a request is), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
-//! Atom, JSON-P, ETags), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
+//! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
 //! `single_flight` (one read shared by many waiters), `cors` (cross-origin reads of open
 //! feeds), `sse` (event streams), `archive` (RFC 5005 documents), `writes` (PUT, POST,
 //! DELETE), `html_page` (the HTML page), `errors` (the one error type).
@@ -23,6 +23,7 @@ pub mod errors;
 pub mod formats;
 pub mod html_page;
 pub mod hub;
+pub mod json_feed;
 pub mod longpoll;
 pub mod pull;
 pub mod query;

@@ -8,7 +8,7 @@ use super::errors::{ApiError, quote};
 use super::formats::{Doc, Format, entry_atom, item_json, jsonp};
 use super::query::FeedQuery;
 use super::resolve::{SEGMENT, common_headers, feed_base, resolve, with_etag};
-use super::{HttpState, St, sse};
+use super::{HttpState, St, json_feed, sse};
 use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -22,7 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The parameters a feed URL takes.
-pub const PULL_PARAMS: &[&str] = &["order", "author", "category", "since", "until", "max", "timeout", "callback"];
+pub const PULL_PARAMS: &[&str] =
+    &["order", "author", "category", "since", "until", "max", "timeout", "callback", "format"];
 /// The default long-poll, seconds (SPEC §9).
 const DEFAULT_TIMEOUT: u64 = 55;
 
@@ -52,7 +53,7 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
     if page.items.is_empty() && !r.view.order.descending && q.until.is_none() && max > 0 && timeout > 0 {
         page = long_poll(&st, &actor, &r.view, req, Duration::from_secs(timeout)).await?;
     }
-    let format = Format::from_accept(accept(&headers));
+    let format = q.format.unwrap_or_else(|| Format::from_accept(accept(&headers), Format::Json));
     let title = st.svc.policy().feed(&feed).title.clone().unwrap_or_else(|| feed.clone());
     let next = page.cursors.last().map(|c| {
         let sep = if r.url.contains('?') { '&' } else { '?' };
@@ -70,6 +71,7 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
     };
     let body = match format {
         Format::Json => doc.json().to_string(),
+        Format::JsonFeed => json_feed::document(&doc, &format!("{}/", st.settings.base), &[]).to_string(),
         Format::Atom => {
             let mut links = vec![("self", r.url.as_str())];
             if let Some(n) = &doc.next {
@@ -139,9 +141,11 @@ pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) ->
     let (Some(item), Some(cursor)) = (page.items.first(), page.cursors.first()) else {
         return Err(ApiError::not_found(format!("no item {:?} in {:?}", quote(&id), quote(&feed))));
     };
-    let format = Format::from_accept(accept(&headers));
+    let format = Format::from_accept(accept(&headers), Format::Json);
     let body = match format {
         Format::Json => item_json(item, cursor).to_string(),
+        // A single JSON Feed item (the document format has no one-item form).
+        Format::JsonFeed => json_feed::item(item, cursor).to_string(),
         Format::Atom => {
             let e = entry_atom(item, cursor);
             // Standing alone, the entry declares the prefixes it uses.
@@ -153,8 +157,8 @@ pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) ->
         }
     };
     let ctype = match format {
-        Format::Json => "application/json; charset=utf-8",
         Format::Atom => "application/atom+xml; type=entry; charset=utf-8",
+        other => other.content_type(),
     };
     let (ctype, body) = match &q.callback {
         Some(cb) => ("application/javascript; charset=utf-8", jsonp(cb, &body, format == Format::Atom)),

@@ -1,9 +1,10 @@
 //! The query string of a feed URL (SPEC §9): the view's own parameters (`order`, `author`,
 //! `category`, kept as written so the core parses them as it parses a node name) and the
-//! pull's (`since`, `until`, `max`, `timeout`, `callback`). An unknown, repeated, empty or
+//! pull's (`since`, `until`, `max`, `timeout`, `callback`, `format`). An unknown, repeated, empty or
 //! malformed parameter is a 400 naming it.
 
 use super::errors::{ApiError, quote};
+use super::formats::Format;
 use feed::{NodeName, Position};
 use percent_encoding::percent_decode_str;
 
@@ -22,6 +23,8 @@ pub struct FeedQuery {
     pub max: Option<u64>,
     pub timeout: Option<u64>,
     pub callback: Option<String>,
+    /// `format`: the answer's format, for clients that cannot set `Accept`.
+    pub format: Option<Format>,
 }
 
 fn decode(raw: &str, what: &str) -> Result<String, ApiError> {
@@ -89,6 +92,14 @@ impl FeedQuery {
                 "max" => q.max = Some(number("max")?),
                 "timeout" => q.timeout = Some(number("timeout")?),
                 "callback" if valid_callback(&value) => q.callback = Some(value),
+                "format" => {
+                    q.format = Some(Format::from_param(&value).ok_or_else(|| {
+                        ApiError::bad_request(format!(
+                            "parameter \"format\" must be json, atom or json-feed: {:?}",
+                            quote(&value)
+                        ))
+                    })?)
+                }
                 "callback" => {
                     return Err(ApiError::bad_request(format!(
                         "parameter \"callback\" must match ^[A-Za-z_$][A-Za-z0-9_$.]{{0,63}}$: {:?}",
