@@ -1,13 +1,15 @@
 //! The PostgreSQL store: several processes can serve one database (SPEC §12).
 //!
+//! The [`ReadTx`] and [`WriteTx`] its closures get, the group commit and the writer thread
+//! are the SQL stores' shared ones (`store_sql`); what is PostgreSQL's own is here:
+//!
 //! - `schema`: tables, indexes and migrations (one transaction under an advisory lock).
-//! - `writer`: one writer thread per process with group commit: many write closures in one
-//!   transaction, each in a savepoint, one `COMMIT`, then the change sink, then the answers.
-//! - `read` / `write`: the [`ReadTx`] and [`WriteTx`] methods as SQL, over a connection that
-//!   is inside a transaction.
-//! - `modified_counts`: per-bucket counts that give rank and position in modified order.
+//! - `connection`: a pooled connection inside a transaction, as the shared transaction
+//!   drives it: statements from its cache, parameters and columns, the first failure kept.
+//! - `writer`: one writer thread per process: each batch on a pooled connection, a savepoint
+//!   per closure, the commit announced with the `COMMIT`.
+//! - `feeds`, `hub`, `modified_counts`: the statements PostgreSQL spells its own way.
 //! - `error`: SQLSTATEs as [`StoreError`] kinds.
-//! - `hub`: WebSub subscriptions and the outbox.
 //! - [`push_shards`]: pushes shared by several instances: the push log, shards, fencing.
 //! - `payload`: a payload as columns, the same in every table.
 //! - [`commit_notices`]: every commit announced to the other instances (`LISTEN`/`NOTIFY`).
@@ -29,34 +31,36 @@
 //! whichever process commits.
 
 pub mod commit_notices;
+mod connection;
 mod error;
+mod feeds;
 mod hub;
 mod modified_counts;
 mod payload;
 pub mod push_shards;
-mod read;
 mod schema;
-mod write;
 mod writer;
 
 #[cfg(test)]
 mod tests;
 
+use crate::connection::PgConn;
 use crate::error::Db;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use feed::FeedError;
 use feed::ports::{ChangeSink, CommitObserver, ReadTx, Store, StoreError, StoreResult, WriteTx};
-use read::PgTx;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::{JoinHandle, ThreadId};
+use std::sync::Arc;
 use std::time::Duration;
+use store_sql::batch::{WriteJob, internal};
+use store_sql::group_commit::GroupCommit;
+use store_sql::transaction::SqlTx;
+use store_sql::writer_thread::WriterThread;
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 use tokio_postgres::config::SslMode;
-use writer::{Pending, WriteJob, Writer, discard, internal};
+use writer::discard;
 
 pub use schema::SCHEMA_VERSION;
 
@@ -71,8 +75,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// end) fails as busy rather than stalling its whole batch. A session left idle inside a
 /// transaction (a process stopped mid-batch) is ended by the server, releasing its locks.
 const SESSION_OPTIONS: &str = "-c lock_timeout=10s -c idle_in_transaction_session_timeout=60s";
-/// Jobs waiting for the writer: a few full batches.
-const QUEUE: usize = 4 * writer::MAX_BATCH;
 
 /// Parses and checks a `[store] url`: a `postgres://` or `postgresql://` URL that names a
 /// host and asks for no TLS (this build connects without it: use a local socket, a
@@ -116,14 +118,11 @@ pub struct PostgresStore {
 }
 
 struct Inner {
+    writer: Arc<WriterThread<Box<dyn WriteJob>>>,
     pool: Pool,
     /// The runtime the pool's connection tasks run on; blocking threads wait on it.
     rt: Handle,
-    /// `None` once closed. A std mutex, held only to clone the sender.
-    jobs: Mutex<Option<mpsc::Sender<Box<dyn WriteJob>>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
-    writer_id: ThreadId,
-    /// This process's id in commit commit_notices (never 0).
+    /// This process's id in commit notices (never 0).
     instance: u64,
 }
 
@@ -153,27 +152,13 @@ impl PostgresStore {
         let mut client = pool.get().await.db()?;
         schema::migrate(&mut client).await?;
         drop(client);
-        let (tx, rx) = mpsc::channel(QUEUE);
         let rt = Handle::current();
         let instance = rand::random::<u64>() | 1;
-        let writer = Writer { pool: pool.clone(), rt: rt.clone(), jobs: rx, sink, observer, instance };
-        let handle = std::thread::Builder::new()
-            .name("postgres-writer".into())
-            .spawn(move || writer.run())
-            .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
-        Ok(PostgresStore {
-            inner: Arc::new(Inner {
-                pool,
-                rt,
-                jobs: Mutex::new(Some(tx)),
-                writer_id: handle.thread().id(),
-                writer: Mutex::new(Some(handle)),
-                instance,
-            }),
-        })
+        let writer = Arc::new(writer::start(pool.clone(), rt.clone(), GroupCommit::new(sink, observer), instance)?);
+        Ok(PostgresStore { inner: Arc::new(Inner { writer, pool, rt, instance }) })
     }
 
-    /// This process's id in the commit commit_notices its writer sends (see [`commit_notices`]).
+    /// This process's id in the commit notices its writer sends (see [`commit_notices`]).
     pub fn instance(&self) -> u64 {
         self.inner.instance
     }
@@ -182,37 +167,29 @@ impl PostgresStore {
     /// and waits for it; then closes the pool. Later reads and writes fail with
     /// [`StoreError::Closed`].
     pub async fn close(&self) {
-        if let Some(handle) = self.inner.shut_down()
-            && handle.thread().id() != std::thread::current().id()
-            && tokio::task::spawn_blocking(move || handle.join()).await.is_err()
-        {
-            tracing::error!("could not wait for the store's writer thread");
-        }
+        self.inner.writer.close().await;
         self.inner.pool.close();
     }
 }
 
 impl Inner {
-    async fn submit(&self, job: Box<dyn WriteJob>) -> Result<(), StoreError> {
-        let sender = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).clone().ok_or(StoreError::Closed)?;
-        sender.send(job).await.map_err(|_| StoreError::Closed)
-    }
-
-    fn is_closed(&self) -> bool {
-        self.jobs.lock().unwrap_or_else(PoisonError::into_inner).is_none()
-    }
-
-    fn shut_down(&self) -> Option<JoinHandle<()>> {
-        self.jobs.lock().unwrap_or_else(PoisonError::into_inner).take();
-        self.writer.lock().unwrap_or_else(PoisonError::into_inner).take()
+    /// Runs `f` in a read-only snapshot, on a blocking thread.
+    async fn read<T: Send + 'static>(
+        self: Arc<Self>,
+        f: impl FnOnce(&dyn ReadTx) -> Result<T, FeedError> + Send + 'static,
+    ) -> Result<T, FeedError> {
+        if self.writer.is_closed() {
+            return Err(StoreError::Closed.into());
+        }
+        tokio::task::spawn_blocking(move || self.snapshot(f)).await.unwrap_or_else(|_| Err(internal()))
     }
 
     /// Runs `f` in one read-only snapshot on a pooled connection; blocking.
     fn snapshot<T>(&self, f: impl FnOnce(&dyn ReadTx) -> Result<T, FeedError>) -> Result<T, FeedError> {
         let conn = writer::begin(&self.pool, &self.rt, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
-        let tx = PgTx::new(&conn, &self.rt);
+        let tx = SqlTx::new(PgConn::new(&conn, &self.rt));
         let out = catch_unwind(AssertUnwindSafe(|| f(&tx)));
-        let failed = tx.failed.take();
+        let failed = tx.driver().take_failure();
         drop(tx);
         // Nothing was written: COMMIT only ends the snapshot.
         let end = self.rt.block_on(conn.batch_execute("COMMIT"));
@@ -232,29 +209,13 @@ impl Inner {
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let Some(handle) = self.shut_down() else { return };
-        // As for SQLite: never block a runtime worker, and never wait for oneself.
-        if Handle::try_current().is_err() && std::thread::current().id() != self.writer_id {
-            let _ = handle.join();
-        }
-    }
-}
-
 impl Store for PostgresStore {
     fn read<T, F>(&self, f: F) -> impl Future<Output = Result<T, FeedError>> + Send
     where
         T: Send + 'static,
         F: FnOnce(&dyn ReadTx) -> Result<T, FeedError> + Send + 'static,
     {
-        let inner = self.inner.clone();
-        async move {
-            if inner.is_closed() {
-                return Err(StoreError::Closed.into());
-            }
-            tokio::task::spawn_blocking(move || inner.snapshot(f)).await.unwrap_or_else(|_| Err(internal()))
-        }
+        self.inner.clone().read(f)
     }
 
     fn write<T, F>(&self, f: F) -> impl Future<Output = Result<T, FeedError>> + Send
@@ -262,13 +223,6 @@ impl Store for PostgresStore {
         T: Send + 'static,
         F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
     {
-        let inner = self.inner.clone();
-        // Queued on first poll; once queued it runs even if this future is dropped.
-        async move {
-            let (tx, rx) = oneshot::channel();
-            inner.submit(Box::new(Pending::new(f, tx))).await?;
-            drop(inner);
-            rx.await.unwrap_or(Err(StoreError::Closed.into()))
-        }
+        self.inner.writer.clone().write(f)
     }
 }

@@ -7,7 +7,7 @@ use super::*;
 use feed::ports::Scope;
 use feed::{Entry, Filter, Key, Order, OrderBy};
 use testkit::postgres_server::TempServer;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
@@ -15,6 +15,12 @@ fn runtime() -> tokio::runtime::Runtime {
 
 async fn fresh() -> String {
     TempServer::shared().create_database().await.unwrap()
+}
+
+/// Two stores on one fresh database, as two processes would be.
+async fn two_instances() -> (PostgresStore, PostgresStore) {
+    let url = fresh().await;
+    (PostgresStore::connect(&url, None).await.unwrap(), PostgresStore::connect(&url, None).await.unwrap())
 }
 
 async fn client(url: &str) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
@@ -115,9 +121,7 @@ fn sqlstates_from_the_server_keep_their_kind() {
 #[test]
 fn instances_publishing_to_one_feed_take_turns_under_its_lock() {
     runtime().block_on(async {
-        let url = fresh().await;
-        let a = PostgresStore::connect(&url, None).await.unwrap();
-        let b = PostgresStore::connect(&url, None).await.unwrap();
+        let (a, b) = two_instances().await;
         a.write(|tx| Ok(tx.create_feed("f")?)).await.unwrap();
         let writers: Vec<_> = (0..40)
             .map(|i| {
@@ -159,9 +163,7 @@ fn instances_publishing_to_one_feed_take_turns_under_its_lock() {
 #[test]
 fn a_publish_waits_for_the_feed_locked_by_another_instance() {
     runtime().block_on(async {
-        let url = fresh().await;
-        let a = PostgresStore::connect(&url, None).await.unwrap();
-        let b = PostgresStore::connect(&url, None).await.unwrap();
+        let (a, b) = two_instances().await;
         publish(&a, "first".into(), 10).await.unwrap();
         let (locked_tx, locked_rx) = std::sync::mpsc::channel::<()>();
         let slow = {
@@ -219,9 +221,7 @@ fn dropped_connections_are_replaced() {
 #[test]
 fn a_deadlock_between_instances_fails_one_closure_as_busy() {
     runtime().block_on(async {
-        let url = fresh().await;
-        let a = PostgresStore::connect(&url, None).await.unwrap();
-        let b = PostgresStore::connect(&url, None).await.unwrap();
+        let (a, b) = two_instances().await;
         a.write(|tx| Ok((tx.create_feed("f")?, tx.create_feed("g")?))).await.unwrap();
         let (a_locked, a_waits) = std::sync::mpsc::channel::<()>();
         let (b_locked, b_waits) = std::sync::mpsc::channel::<()>();

@@ -1,25 +1,24 @@
-//! The writer thread and its group commit, as on SQLite: one thread owns one connection,
-//! blocks for a job, takes whatever else is queued (up to [`MAX_BATCH`]) and runs them all in
-//! one transaction, each closure in its own savepoint, then one `COMMIT`. After the commit
-//! the batch's changes go to the [`ChangeSink`] in one call, in order, and only then is each
-//! caller answered: an answer always means "committed".
+//! The writer thread: group commit ([`store_sql::group_commit`]), each batch on a pooled
+//! connection in one transaction, a savepoint per closure, the commit announced to the other
+//! instances ([`commit_notices`]) with the `COMMIT`.
 //!
 //! Several processes may write to one database: each has its own writer. A closure that
 //! stamps items locks its feed's row first (`WriteTx::feed_for_update`), so writers of one
 //! feed take turns across processes, each batch holding the lock until its COMMIT.
 
-use super::error::retryable;
-use super::read::PgTx;
+use crate::commit_notices;
+use crate::connection::PgConn;
+use crate::error::retryable;
 use deadpool_postgres::{Object, Pool};
-use feed::ports::{ChangeSink, CommitObserver, StoreError};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use feed::Change;
+use feed::ports::{StoreError, StoreResult};
 use std::time::Duration;
-pub(crate) use store_sql::batch::{Pending, WriteJob, internal};
+use store_sql::batch::WriteJob;
+use store_sql::group_commit::{BatchTransaction, GroupCommit, next_batch};
+use store_sql::transaction::SqlTx;
+use store_sql::writer_thread::WriterThread;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::Receiver;
-
-/// The most jobs one transaction takes.
-pub(crate) const MAX_BATCH: usize = 1024;
 
 /// How often getting a connection and beginning a transaction is tried before the callers
 /// get [`StoreError::Busy`]: a restarted server or a dropped connection is met with a fresh
@@ -62,109 +61,93 @@ pub(crate) fn begin(pool: &Pool, rt: &Handle, begin: &str) -> Result<Object, Sto
     Err(last)
 }
 
-pub(crate) struct Writer {
-    pub(crate) pool: Pool,
-    pub(crate) rt: Handle,
-    pub(crate) jobs: Receiver<Box<dyn WriteJob>>,
-    pub(crate) sink: Option<ChangeSink>,
-    pub(crate) observer: Option<CommitObserver>,
-    /// This process's id in commit commit_notices.
-    pub(crate) instance: u64,
+/// Starts this process's writer thread, writing through `pool`; `instance` is this
+/// process's id in commit notices.
+pub(crate) fn start(
+    pool: Pool,
+    rt: Handle,
+    commits: GroupCommit,
+    instance: u64,
+) -> StoreResult<WriterThread<Box<dyn WriteJob>>> {
+    let writer = Writer { pool, rt, commits, instance };
+    WriterThread::spawn("postgres-writer", move |jobs| writer.run(jobs))
+}
+
+struct Writer {
+    pool: Pool,
+    rt: Handle,
+    commits: GroupCommit,
+    instance: u64,
 }
 
 impl Writer {
-    /// Serves jobs until every sender is gone and the queue is empty: queued work is always
-    /// finished, which is what a graceful shutdown relies on.
-    pub(crate) fn run(mut self) {
-        while let Some(first) = self.jobs.blocking_recv() {
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match self.jobs.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
-                }
-            }
-            self.commit_batch(batch);
+    /// Serves jobs until the queue is closed and empty, a batch at a time.
+    fn run(mut self, mut jobs: Receiver<Box<dyn WriteJob>>) {
+        while let Some(batch) = next_batch(&mut jobs) {
+            let mut tx = Batch { pool: &self.pool, rt: &self.rt, instance: self.instance, conn: None };
+            self.commits.run(&mut tx, batch, |_| {});
         }
     }
+}
 
-    fn commit_batch(&mut self, mut jobs: Vec<Box<dyn WriteJob>>) {
-        let n = jobs.len();
-        let started = std::time::Instant::now();
-        let conn = match begin(&self.pool, &self.rt, "BEGIN; SAVEPOINT job") {
-            Ok(conn) => conn,
-            Err(e) => {
-                tracing::error!(error = %e, jobs = n, "cannot begin a write transaction");
-                for job in jobs {
-                    job.answer(Err(e.clone()));
-                }
-                return;
-            }
-        };
-        let rt = &self.rt;
-        let mut changes = Vec::new();
-        let mut aborted: Option<StoreError> = None;
-        for job in jobs.iter_mut() {
-            let mut tx = PgTx::new(&conn, rt);
-            let mut ok = job.run(&mut tx);
-            // A statement that failed aborted the savepoint, whatever the closure made of it.
-            if let Some(e) = tx.failed.take() {
-                if ok {
-                    job.fail(e.into());
-                }
-                ok = false;
-            }
-            let emitted = std::mem::take(&mut tx.changes);
-            // The savepoint stays for the next closure: released and set again after a
-            // success, rolled back to (and kept) after a failure. One round trip each.
-            let end = if ok { "RELEASE SAVEPOINT job; SAVEPOINT job" } else { "ROLLBACK TO SAVEPOINT job" };
-            if let Err(e) = rt.block_on(conn.batch_execute(end)) {
-                aborted = Some(crate::error::store_error(e));
-                break;
-            }
+/// One batch's transaction, on a pooled connection taken when it begins.
+struct Batch<'w> {
+    pool: &'w Pool,
+    rt: &'w Handle,
+    instance: u64,
+    conn: Option<Object>,
+}
+
+impl Batch<'_> {
+    fn conn(&self) -> Result<&Object, StoreError> {
+        self.conn.as_ref().ok_or_else(|| StoreError::Backend("no write transaction".into()))
+    }
+}
+
+impl BatchTransaction for Batch<'_> {
+    fn begin(&mut self) -> Result<(), StoreError> {
+        self.conn = Some(begin(self.pool, self.rt, "BEGIN; SAVEPOINT job")?);
+        Ok(())
+    }
+
+    fn run(&mut self, job: &mut dyn WriteJob) -> Result<Option<Vec<Change>>, StoreError> {
+        let (conn, rt) = (self.conn()?, self.rt);
+        let mut tx = SqlTx::new(PgConn::new(conn, rt));
+        let mut ok = job.run(&mut tx);
+        // A statement that failed aborted the savepoint, whatever the closure made of it.
+        if let Some(e) = tx.driver().take_failure() {
             if ok {
-                changes.extend(emitted);
+                job.fail(e.into());
             }
+            ok = false;
         }
-        let outcome = match aborted {
-            Some(e) => Err(e),
-            None => {
-                // Every instance is told of the feeds changed, once they are committed.
-                let notified = if changes.is_empty() {
-                    Ok(())
-                } else {
-                    let payload =
-                        super::commit_notices::payload(self.instance, changes.iter().map(|c| c.feed.as_str()));
-                    rt.block_on(conn.execute("SELECT pg_notify($1, $2)", &[&super::commit_notices::CHANNEL, &payload]))
-                        .map(drop)
-                        .map_err(crate::error::store_error)
-                };
-                notified.and_then(|()| rt.block_on(conn.batch_execute("COMMIT")).map_err(crate::error::store_error))
-            }
-        };
-        match &outcome {
-            Ok(()) => {
-                if let Some(observe) = &self.observer {
-                    observe(n, started.elapsed());
-                }
-                if !changes.is_empty()
-                    && let Some(sink) = self.sink.as_mut()
-                    && catch_unwind(AssertUnwindSafe(|| sink(changes))).is_err()
-                {
-                    tracing::error!("the change sink panicked; the writer carries on");
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, jobs = n, "a write batch failed; all its callers get an error");
-                // A failed COMMIT has ended the transaction already; otherwise end it here.
-                // A connection in doubt is closed, not pooled again.
-                if rt.block_on(conn.batch_execute("ROLLBACK")).is_err() {
-                    discard(conn);
-                }
-            }
+        let emitted = tx.take_changes();
+        // The savepoint stays for the next closure: released and set again after a success,
+        // rolled back to (and kept) after a failure. One round trip each.
+        let end = if ok { "RELEASE SAVEPOINT job; SAVEPOINT job" } else { "ROLLBACK TO SAVEPOINT job" };
+        rt.block_on(conn.batch_execute(end)).map_err(crate::error::store_error)?;
+        Ok(ok.then_some(emitted))
+    }
+
+    /// Every instance is told of the feeds changed, once they are committed: the notice is
+    /// delivered only if the transaction commits.
+    fn commit(&mut self, changes: &[Change]) -> Result<(), StoreError> {
+        let (conn, rt) = (self.conn()?, self.rt);
+        if !changes.is_empty() {
+            let payload = commit_notices::payload(self.instance, changes.iter().map(|c| c.feed.as_str()));
+            rt.block_on(conn.execute("SELECT pg_notify($1, $2)", &[&commit_notices::CHANNEL, &payload]))
+                .map_err(crate::error::store_error)?;
         }
-        for job in jobs {
-            job.answer(outcome.clone());
+        rt.block_on(conn.batch_execute("COMMIT")).map_err(crate::error::store_error)
+    }
+
+    /// A failed COMMIT has ended the transaction already; otherwise it ends here. A
+    /// connection in doubt is closed, not pooled again.
+    fn roll_back(&mut self) {
+        if let Some(conn) = self.conn.take()
+            && self.rt.block_on(conn.batch_execute("ROLLBACK")).is_err()
+        {
+            discard(conn);
         }
     }
 }

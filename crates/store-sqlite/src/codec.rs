@@ -1,8 +1,12 @@
-//! How an [`Item`] maps onto a row of `items`, and back.
+//! How an [`Item`] maps onto a row of `items` (and an [`OutboxEntry`] onto one of
+//! `hub_outbox`), and back; a shared statement's parameters as rusqlite takes them; rusqlite's
+//! failures as the core's kinds.
 
+use feed::outbox::OutboxEntry;
 use feed::ports::StoreError;
-use feed::{Item, Key, Payload};
+use feed::{Cursor, Item, Key, Payload};
 use rusqlite::Row;
+use store_sql::dialect::Arg;
 
 /// Reads an item from a row selected with [`store_sql::reads::ITEM_COLUMNS`].
 pub(crate) fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
@@ -30,6 +34,53 @@ pub(crate) fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
         categories,
         payload,
     })
+}
+
+fn cursor(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Cursor>> {
+    let text: Option<String> = r.get(i)?;
+    match text {
+        None => Ok(None),
+        Some(t) => Cursor::parse(&t).map(Some).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, "malformed cursor".into())
+        }),
+    }
+}
+
+/// Reads an outbox row from a row selected with
+/// [`store_sql::reads::OUTBOX_COLUMNS`].
+pub(crate) fn outbox_entry_from_row(r: &Row<'_>) -> rusqlite::Result<OutboxEntry> {
+    let deleted: bool = r.get(5)?;
+    let payload: String = r.get(7)?;
+    let payload = if deleted {
+        let when: Option<i64> = r.get(6)?;
+        Payload::Tombstone { atom_ref: payload, when: when.unwrap_or(0) }
+    } else {
+        Payload::Entry(payload)
+    };
+    let last = cursor(r, 10)?.ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(10, rusqlite::types::Type::Null, "no last cursor".into())
+    })?;
+    Ok(OutboxEntry {
+        seq: r.get(0)?,
+        feed: r.get(1)?,
+        view: r.get(2)?,
+        item_id: r.get(3)?,
+        modified: r.get(4)?,
+        payload,
+        count: r.get::<_, i64>(8)?.max(0) as u64,
+        previous: cursor(r, 9)?,
+        last,
+        at: r.get(11)?,
+    })
+}
+
+/// A shared statement's parameter as rusqlite takes it.
+pub(crate) fn param<'a>(a: &'a Arg<'_>) -> &'a dyn rusqlite::ToSql {
+    match a {
+        Arg::Int(v) => v,
+        Arg::Text(v) => v,
+        Arg::OptText(v) => v,
+    }
 }
 
 /// The payload's columns: `(deleted, when_ms, payload)`. A tombstone's `payload` column holds
@@ -66,17 +117,6 @@ pub(crate) fn decode_categories(mut s: &str) -> Option<Vec<String>> {
     Some(out)
 }
 
-/// The distinct terms of an item, first occurrence first: what the filter index holds.
-pub(crate) fn distinct_terms(terms: &[String]) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::with_capacity(terms.len());
-    for t in terms {
-        if !out.contains(&t.as_str()) {
-            out.push(t);
-        }
-    }
-    out
-}
-
 /// SQLite's failures by what an operator does about them: wait (busy, locked), free space
 /// (full), restore (corrupt, not a database); everything else is a backend error.
 pub(crate) fn store_error(e: rusqlite::Error) -> StoreError {
@@ -99,13 +139,5 @@ pub(crate) trait Db<T> {
 impl<T> Db<T> for rusqlite::Result<T> {
     fn db(self) -> feed::ports::StoreResult<T> {
         self.map_err(store_error)
-    }
-}
-
-/// A shared query parameter as rusqlite takes it.
-pub(crate) fn param(a: &store_sql::reads::Arg) -> &dyn rusqlite::ToSql {
-    match a {
-        store_sql::reads::Arg::Int(v) => v,
-        store_sql::reads::Arg::Text(v) => v,
     }
 }

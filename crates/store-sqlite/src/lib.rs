@@ -1,25 +1,27 @@
 //! The SQLite store: one writer thread with group commit, a small pool of read connections.
 //!
+//! The [`ReadTx`] and [`WriteTx`] its closures get, the group commit and the writer thread
+//! are the SQL stores' shared ones (`store_sql`); what is SQLite's own is here:
+//!
 //! - `schema`: tables, indexes, migrations (`PRAGMA user_version`), connection settings.
-//! - `writer`: the writer thread: batches of write closures, one savepoint each, one COMMIT
-//!   (one fsync) per batch, then the change sink, then the answers.
+//! - `connection`: a connection as the shared transaction drives it: statements from its
+//!   cache, parameters and columns through rusqlite.
+//! - `writer`: the writer thread: each batch in one `BEGIN IMMEDIATE` … `COMMIT` (one fsync),
+//!   a savepoint per closure; and the reads of an in-memory database.
 //! - `pool`: read connections and the snapshot transaction every read runs in.
-//! - `read` / `write`: the [`ReadTx`] and
-//!   [`WriteTx`] methods as SQL.
-//! - `modified_counts`: per-bucket counts that give rank and position in modified order.
-//! - `codec`: items to rows and back.
-//! - `hub`: WebSub subscriptions and the outbox.
+//! - `feeds`, `hub`, `modified_counts`: the statements SQLite spells its own way.
+//! - `codec`: items and outbox rows to columns and back; SQLite's failures as the core's.
 //!
 //! rusqlite is blocking, so it never runs on an async worker: writes go over a channel to
 //! the writer thread and come back on a oneshot; reads run under `spawn_blocking`.
 
 mod codec;
+mod connection;
+mod feeds;
 mod hub;
 mod modified_counts;
 mod pool;
-mod read;
 mod schema;
-mod write;
 mod writer;
 
 #[cfg(test)]
@@ -32,16 +34,14 @@ use pool::{Pool, snapshot};
 use rusqlite::Connection;
 use std::future::Future;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::{JoinHandle, ThreadId};
-use tokio::sync::{mpsc, oneshot};
-use writer::{Counters, Job, Pending, Writer};
+use store_sql::batch::internal;
+use store_sql::group_commit::GroupCommit;
+use store_sql::writer_thread::WriterThread;
+use tokio::sync::oneshot;
+use writer::Job;
 
 pub use schema::SCHEMA_VERSION;
-
-/// Jobs waiting for the writer: a few full batches.
-const QUEUE: usize = 4 * writer::MAX_BATCH;
 
 /// The writer's counters since open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,16 +71,12 @@ pub struct SqliteStore {
 }
 
 struct Inner {
-    /// `None` once closed. A std mutex: held only to clone the sender, never across an
-    /// await. The queue is bounded ([`QUEUE`]): when the writer falls behind, writers wait
-    /// for room instead of piling up memory.
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
-    writer_id: ThreadId,
+    writer: Arc<WriterThread<Job>>,
     /// Read connections; `None` for an in-memory database, whose only connection is the
     /// writer's (reads then queue behind writes, on the writer thread).
     readers: Option<Pool>,
-    counters: Arc<Counters>,
+    /// The writer's counts, kept by the writer thread.
+    stats: Arc<Mutex<StoreStats>>,
 }
 
 impl SqliteStore {
@@ -113,46 +109,20 @@ impl SqliteStore {
     ) -> StoreResult<SqliteStore> {
         schema::configure_writer(&conn)?;
         schema::migrate(&mut conn)?;
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let counters = Arc::new(Counters::default());
-        let writer = Writer { conn, jobs: rx, sink, observer, counters: counters.clone() };
-        let handle = std::thread::Builder::new()
-            .name("sqlite-writer".into())
-            .spawn(move || writer.run())
-            .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
-        Ok(SqliteStore {
-            inner: Arc::new(Inner {
-                jobs: Mutex::new(Some(tx)),
-                writer_id: handle.thread().id(),
-                writer: Mutex::new(Some(handle)),
-                readers,
-                counters,
-            }),
-        })
+        let stats = Arc::new(Mutex::new(StoreStats::default()));
+        let writer = Arc::new(writer::start(conn, GroupCommit::new(sink, observer), stats.clone())?);
+        Ok(SqliteStore { inner: Arc::new(Inner { writer, readers, stats }) })
     }
 
     /// The writer's counters so far.
     pub fn stats(&self) -> StoreStats {
-        let c = &self.inner.counters;
-        StoreStats {
-            commits: c.commits.load(Ordering::Relaxed),
-            writes: c.writes.load(Ordering::Relaxed),
-            failed_writes: c.failed_writes.load(Ordering::Relaxed),
-            max_batch: c.max_batch.load(Ordering::Relaxed),
-        }
+        *self.inner.stats.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Stops taking writes, lets the writer finish (and commit) everything already queued,
     /// and waits for it. Later reads and writes on any clone fail with [`StoreError::Closed`].
     pub async fn close(&self) {
-        if let Some(handle) = self.inner.shut_down() {
-            if handle.thread().id() == std::thread::current().id() {
-                return;
-            }
-            if tokio::task::spawn_blocking(move || handle.join()).await.is_err() {
-                tracing::error!("could not wait for the store's writer thread");
-            }
-        }
+        self.inner.writer.close().await
     }
 
     /// `PRAGMA integrity_check`: `"ok"`, or SQLite's list of problems, one per line.
@@ -178,31 +148,6 @@ impl SqliteStore {
 }
 
 impl Inner {
-    /// Queues a job, waiting for room.
-    async fn submit(&self, job: Job) -> Result<(), StoreError> {
-        let sender = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).clone().ok_or(StoreError::Closed)?;
-        sender.send(job).await.map_err(|_| StoreError::Closed)
-    }
-
-    /// Queues a job now, in call order (tests line jobs up behind a held writer this way).
-    #[cfg(test)]
-    fn send(&self, job: Job) -> Result<(), StoreError> {
-        let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
-        let sender = jobs.as_ref().ok_or(StoreError::Closed)?;
-        sender.try_send(job).map_err(|_| StoreError::Closed)
-    }
-
-    fn is_closed(&self) -> bool {
-        self.jobs.lock().unwrap_or_else(PoisonError::into_inner).is_none()
-    }
-
-    /// Drops the job sender (the writer drains the queue, then exits) and hands back the
-    /// writer's handle, once.
-    fn shut_down(&self) -> Option<JoinHandle<()>> {
-        self.jobs.lock().unwrap_or_else(PoisonError::into_inner).take();
-        self.writer.lock().unwrap_or_else(PoisonError::into_inner).take()
-    }
-
     /// Runs `f` on a read connection: a pooled one on a blocking thread, or the writer's for
     /// an in-memory database. `f` returns its result and whether the connection is reusable.
     async fn on_connection<T, F>(self: Arc<Self>, f: F) -> Result<T, FeedError>
@@ -210,7 +155,7 @@ impl Inner {
         T: Send + 'static,
         F: FnOnce(&Connection) -> (Result<T, FeedError>, bool) + Send + 'static,
     {
-        if self.is_closed() {
+        if self.writer.is_closed() {
             return Err(StoreError::Closed.into());
         }
         if self.readers.is_some() {
@@ -219,27 +164,16 @@ impl Inner {
                 Some(pool) => pool.with(f),
                 None => Err(StoreError::Closed.into()),
             };
-            return tokio::task::spawn_blocking(run).await.unwrap_or_else(|_| Err(writer::internal()));
+            return tokio::task::spawn_blocking(run).await.unwrap_or_else(|_| Err(internal()));
         }
         let (tx, rx) = oneshot::channel();
-        self.submit(Job::Read(Box::new(move |conn| {
-            let _ = tx.send(f(conn).0);
-        })))
-        .await?;
+        self.writer
+            .submit(Job::Read(Box::new(move |conn| {
+                let _ = tx.send(f(conn).0);
+            })))
+            .await?;
         drop(self);
         rx.await.unwrap_or(Err(StoreError::Closed.into()))
-    }
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        let Some(handle) = self.shut_down() else { return };
-        // Waiting inside a runtime would block one of its workers for up to a batch; there
-        // the thread is left to finish the queue alone. A closure that held the last clone
-        // would be dropped on the writer thread itself, which must not wait for itself.
-        if tokio::runtime::Handle::try_current().is_err() && std::thread::current().id() != self.writer_id {
-            let _ = handle.join();
-        }
     }
 }
 
@@ -249,8 +183,7 @@ impl Store for SqliteStore {
         T: Send + 'static,
         F: FnOnce(&dyn ReadTx) -> Result<T, FeedError> + Send + 'static,
     {
-        let inner = self.inner.clone();
-        inner.on_connection(move |conn| snapshot(conn, f))
+        self.inner.clone().on_connection(move |conn| snapshot(conn, f))
     }
 
     fn write<T, F>(&self, f: F) -> impl Future<Output = Result<T, FeedError>> + Send
@@ -258,16 +191,6 @@ impl Store for SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
     {
-        let inner = self.inner.clone();
-        // The job is queued when the future is first polled. Once queued it runs even if the
-        // future is dropped: a write cannot be recalled, only its answer ignored.
-        async move {
-            let (tx, rx) = oneshot::channel();
-            inner.submit(Job::Write(Box::new(Pending::new(f, tx)))).await?;
-            // A queued write does not keep the store open: the last clone's drop may shut the
-            // writer down, which still finishes this job first.
-            drop(inner);
-            rx.await.unwrap_or(Err(StoreError::Closed.into()))
-        }
+        self.inner.writer.clone().write(f)
     }
 }

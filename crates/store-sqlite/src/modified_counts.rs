@@ -1,116 +1,76 @@
-//! Counts of items per range of modified seqs: rank and position in modified order without
-//! scanning the feed.
-//!
-//! In created order, seqs are dense from 1, so an item's rank is its seq minus one. In
-//! modified order an update gives the item a fresh seq and frees its old one, so seqs have
-//! holes. `modified_counts` counts the live seqs per bucket at four levels (schema version 2): a
-//! level-`l` bucket holds 2^(6·l) seqs, so each holds 64 buckets of the level below. The
-//! number of items with an mseq below `m` is the sum of the top-level buckets below `m`'s
-//! (one row per 2^24 seqs), plus, at each lower level, the buckets below `m`'s within its
-//! parent (at most 63 rows each), plus the items of `m`'s own level-1 bucket below `m` (at
-//! most 63 index entries).
-//!
-//! Every rank here relies on the store's one ordering invariant: within a feed, modified
-//! times never decrease as seqs grow, so `(mtime, mseq)` order is `mseq` order.
+//! The per-bucket counts of modified seqs ([`store_sql::modified_counts`]) as SQLite keeps
+//! them: one row per bucket, changed a level at a time, and empty buckets deleted so rank
+//! and position walks never visit them. A rank sums each level's buckets in its own
+//! statement: cheap here, where a statement is a function call, not a round trip.
 
 use crate::codec::Db;
+use crate::connection::SqliteConn;
 use feed::ports::StoreResult;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::params;
+use store_sql::driver::ModifiedCounts;
+use store_sql::modified_counts::{bucket_start, buckets, buckets_below};
 
-/// log2 of the number of seqs per bucket, per level (level `l` is `SHIFTS[l - 1]`).
-const SHIFTS: [u32; 4] = [6, 12, 18, 24];
-/// log2 of the children a bucket has in the level below.
-const FANOUT: u32 = 6;
-
-/// The level numbers, bottom up, with their shifts.
-fn levels() -> impl DoubleEndedIterator<Item = (i64, u32)> {
-    SHIFTS.into_iter().enumerate().map(|(i, shift)| (i as i64 + 1, shift))
-}
-
-/// Adds `delta` (+1 or -1) to the buckets of `mseq`; empty buckets are deleted so rank and
-/// position walks never visit them.
-pub(crate) fn bump(conn: &Connection, feed: i64, mseq: i64, delta: i64) -> StoreResult<()> {
-    let mut upsert = conn
-        .prepare_cached(
-            "INSERT INTO modified_counts(feed, level, bucket, n) VALUES (?1, ?2, ?3, ?4)
+impl SqliteConn<'_> {
+    /// Adds `delta` (+1 or -1) to the buckets of `mseq`; empty buckets are deleted.
+    fn bump(&self, feed: i64, mseq: i64, delta: i64) -> StoreResult<()> {
+        let mut upsert = self
+            .0
+            .prepare_cached(
+                "INSERT INTO modified_counts(feed, level, bucket, n) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT(feed, level, bucket) DO UPDATE SET n = n + excluded.n",
-        )
-        .db()?;
-    let mut prune = conn
-        .prepare_cached("DELETE FROM modified_counts WHERE feed = ?1 AND level = ?2 AND bucket = ?3 AND n = 0")
-        .db()?;
-    for (level, shift) in levels() {
-        let bucket = mseq >> shift;
-        upsert.execute(params![feed, level, bucket, delta]).db()?;
-        if delta < 0 {
-            prune.execute(params![feed, level, bucket]).db()?;
+            )
+            .db()?;
+        let mut prune = self
+            .0
+            .prepare_cached("DELETE FROM modified_counts WHERE feed = ?1 AND level = ?2 AND bucket = ?3 AND n = 0")
+            .db()?;
+        for (level, bucket) in buckets(mseq) {
+            upsert.execute(params![feed, level, bucket, delta]).db()?;
+            if delta < 0 {
+                prune.execute(params![feed, level, bucket]).db()?;
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
-/// How many items of the feed have an mseq below `mseq`.
-pub(crate) fn count_below(conn: &Connection, feed: i64, mseq: i64) -> StoreResult<u64> {
-    let mut sum = conn.prepare_cached(
-        "SELECT COALESCE(SUM(n), 0) FROM modified_counts WHERE feed = ?1 AND level = ?2 AND bucket >= ?3 AND bucket < ?4",
-    ).db()?;
-    let mut total: i64 = 0;
-    for (level, shift) in levels().rev() {
-        // The buckets of this level below mseq's, within mseq's bucket of the level above
-        // (at the top: all of them).
-        let from = if shift == SHIFTS[SHIFTS.len() - 1] { i64::MIN } else { (mseq >> (shift + FANOUT)) << FANOUT };
-        total += sum.query_row(params![feed, level, from, mseq >> shift], |r| r.get::<_, i64>(0)).db()?;
-    }
-    let mut inside =
-        conn.prepare_cached("SELECT COUNT(*) FROM items WHERE feed = ?1 AND mseq >= ?2 AND mseq < ?3").db()?;
-    total += inside.query_row(params![feed, (mseq >> SHIFTS[0]) << SHIFTS[0], mseq], |r| r.get::<_, i64>(0)).db()?;
-    Ok(total.max(0) as u64)
-}
-
-/// The `(mtime, mseq)` of the item at ascending position `index` in modified order.
-/// `None` when the counts hold fewer items than that.
-pub(crate) fn nth(conn: &Connection, feed: i64, index: u64) -> StoreResult<Option<(i64, i64)>> {
-    let mut rem = index;
-    let mut buckets = conn.prepare_cached(
-        "SELECT bucket, n FROM modified_counts WHERE feed = ?1 AND level = ?2 AND bucket BETWEEN ?3 AND ?4 ORDER BY bucket",
-    ).db()?;
-    // Down from the top level, each time into the children of the bucket found.
-    let (mut first, mut last) = (i64::MIN, i64::MAX);
-    let mut found = 0;
-    for (level, _) in levels().rev() {
-        let Some(bucket) = walk(buckets.query(params![feed, level, first, last]).db()?, &mut rem)? else {
-            return Ok(None);
-        };
-        (first, last, found) = (bucket << FANOUT, (bucket << FANOUT) | ((1 << FANOUT) - 1), bucket);
-    }
-    let mut item = conn
-        .prepare_cached("SELECT mtime, mseq FROM items WHERE feed = ?1 AND mseq >= ?2 ORDER BY mseq LIMIT 1 OFFSET ?3")
-        .db()?;
-    // `rem` is below the level-1 bucket's count, itself at most 64: the offset is bounded.
-    item.query_row(params![feed, found << SHIFTS[0], rem as i64], |r| Ok((r.get(0)?, r.get(1)?))).optional().db()
-}
-
-/// Walks `(bucket, n)` rows, subtracting counts from `rem` until the bucket holding position
-/// `rem` is found.
-fn walk(mut rows: rusqlite::Rows<'_>, rem: &mut u64) -> StoreResult<Option<i64>> {
-    while let Some(row) = rows.next().db()? {
-        let bucket: i64 = row.get(0).db()?;
-        let n: i64 = row.get(1).db()?;
-        let n = n.max(0) as u64;
-        if *rem < n {
-            return Ok(Some(bucket));
+impl ModifiedCounts for SqliteConn<'_> {
+    fn count_modified_below(&self, feed: i64, mseq: i64) -> StoreResult<u64> {
+        let mut sum = self.0.prepare_cached(
+            "SELECT COALESCE(SUM(n), 0) FROM modified_counts WHERE feed = ?1 AND level = ?2 AND bucket >= ?3 AND bucket < ?4",
+        ).db()?;
+        let mut total: i64 = 0;
+        for (level, first, end) in buckets_below(mseq) {
+            total += sum.query_row(params![feed, level, first, end], |r| r.get::<_, i64>(0)).db()?;
         }
-        *rem -= n;
+        let mut inside =
+            self.0.prepare_cached("SELECT COUNT(*) FROM items WHERE feed = ?1 AND mseq >= ?2 AND mseq < ?3").db()?;
+        total += inside.query_row(params![feed, bucket_start(mseq), mseq], |r| r.get::<_, i64>(0)).db()?;
+        Ok(total.max(0) as u64)
     }
-    Ok(None)
+
+    fn move_modified(&self, feed: i64, add: Option<i64>, remove: Option<i64>) -> StoreResult<()> {
+        if add == remove {
+            return Ok(());
+        }
+        if let Some(mseq) = remove {
+            self.bump(feed, mseq, -1)?;
+        }
+        if let Some(mseq) = add {
+            self.bump(feed, mseq, 1)?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::read::SqlTx;
     use feed::ports::WriteTx;
     use feed::{Item, Key, Payload};
+    use rusqlite::Connection;
+    use store_sql::modified_counts::{SHIFTS, nth};
+    use store_sql::transaction::SqlTx;
 
     fn db() -> Connection {
         let mut conn = Connection::open_in_memory().unwrap();
@@ -130,11 +90,24 @@ mod tests {
         }
     }
 
+    /// The brute-force answers, for every live mseq of the feed.
+    fn check(db: SqliteConn<'_>, f: i64, seqs: &[i64]) {
+        let mut sorted = seqs.to_vec();
+        sorted.sort();
+        for (i, &m) in sorted.iter().enumerate() {
+            assert_eq!(db.count_modified_below(f, m).unwrap(), i as u64, "below {m}");
+            assert_eq!(nth(&db, f, i as u64).unwrap(), Some(Key { t: m, seq: m }), "nth {i}");
+            assert_eq!(db.count_modified_below(f, m + 1).unwrap(), i as u64 + 1);
+        }
+        assert_eq!(nth(&db, f, sorted.len() as u64).unwrap(), None);
+        assert_eq!(db.count_modified_below(f, i64::MAX).unwrap(), sorted.len() as u64);
+    }
+
     /// Seqs on both sides of both bucket sizes, then moves that empty and refill buckets.
     #[test]
     fn counts_and_positions_match_brute_force_across_bucket_edges() {
         let conn = db();
-        let mut tx = SqlTx::new(&conn);
+        let mut tx = SqlTx::new(SqliteConn(&conn));
         let f = tx.create_feed("f").unwrap().id;
         // Both sides of every level's bucket edge.
         let mut seqs: Vec<i64> = vec![1, 2, 3 << 24];
@@ -147,18 +120,7 @@ mod tests {
         for it in &items {
             tx.insert_item(f, it).unwrap();
         }
-        let check = |seqs: &[i64]| {
-            let mut sorted = seqs.to_vec();
-            sorted.sort();
-            for (i, &m) in sorted.iter().enumerate() {
-                assert_eq!(count_below(&conn, f, m).unwrap(), i as u64, "below {m}");
-                assert_eq!(nth(&conn, f, i as u64).unwrap(), Some((m, m)), "nth {i}");
-                assert_eq!(count_below(&conn, f, m + 1).unwrap(), i as u64 + 1);
-            }
-            assert_eq!(nth(&conn, f, sorted.len() as u64).unwrap(), None);
-            assert_eq!(count_below(&conn, f, i64::MAX).unwrap(), sorted.len() as u64);
-        };
-        check(&seqs);
+        check(SqliteConn(&conn), f, &seqs);
         // Move the items of the low buckets to the end: their buckets empty and go.
         for (k, at) in [0usize, 2, 3, 7].into_iter().enumerate() {
             let new =
@@ -167,7 +129,7 @@ mod tests {
             seqs[at] = new.modified.seq;
             items[at] = new;
         }
-        check(&seqs);
+        check(SqliteConn(&conn), f, &seqs);
         let rows: i64 = conn.query_row("SELECT COUNT(*) FROM modified_counts WHERE n = 0", [], |r| r.get(0)).unwrap();
         assert_eq!(rows, 0, "empty buckets are deleted");
     }
@@ -220,10 +182,11 @@ mod tests {
             }
         }
         crate::schema::migrate(&mut conn).unwrap();
+        let db = SqliteConn(&conn);
         for (i, &m) in mseqs.iter().enumerate() {
-            assert_eq!(count_below(&conn, 1, m).unwrap(), i as u64, "below {m}");
-            assert_eq!(nth(&conn, 1, i as u64).unwrap(), Some((m, m)), "nth {i}");
+            assert_eq!(db.count_modified_below(1, m).unwrap(), i as u64, "below {m}");
+            assert_eq!(nth(&db, 1, i as u64).unwrap(), Some(Key { t: m, seq: m }), "nth {i}");
         }
-        assert_eq!(nth(&conn, 1, mseqs.len() as u64).unwrap(), None);
+        assert_eq!(nth(&db, 1, mseqs.len() as u64).unwrap(), None);
     }
 }

@@ -1,15 +1,16 @@
 //! Read snapshots: the pool of read connections and the transaction each read runs in.
 
-use super::read::SqlTx;
 use super::schema;
-use super::writer::internal;
 use crate::codec::Db;
+use crate::connection::SqliteConn;
 use feed::FeedError;
 use feed::ports::{ReadTx, StoreError};
 use rusqlite::{Connection, OpenFlags};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
+use store_sql::batch::internal;
+use store_sql::transaction::SqlTx;
 
 /// Idle read connections kept open. More are opened when all are busy (WAL readers do not
 /// block one another) and closed again when returned beyond this number.
@@ -66,7 +67,7 @@ pub(crate) fn snapshot<T>(
     if let Err(e) = conn.execute_batch("BEGIN") {
         return (Err(crate::codec::store_error(e).into()), conn.is_autocommit());
     }
-    let out = catch_unwind(AssertUnwindSafe(|| f(&SqlTx::new(conn))));
+    let out = catch_unwind(AssertUnwindSafe(|| f(&SqlTx::new(SqliteConn(conn)))));
     // Nothing was written, so COMMIT and ROLLBACK are the same here: either ends the snapshot.
     let end = conn.execute_batch("COMMIT");
     if end.is_err() && !conn.is_autocommit() {

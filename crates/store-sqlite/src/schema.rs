@@ -1,15 +1,16 @@
 //! The schema, its migrations, and the settings every connection gets.
 //!
 //! Versions live in `PRAGMA user_version`: version N means the first N entries of
-//! [`MIGRATIONS`] are applied. Pending ones run in one `BEGIN IMMEDIATE` transaction, so a
-//! crash mid-migration leaves the previous version intact; a database whose version is above
-//! what this binary knows is refused rather than misread.
+//! [`MIGRATIONS`] are applied ([`store_sql::migrations`]). Pending ones run in one `BEGIN
+//! IMMEDIATE` transaction, so a crash mid-migration leaves the previous version intact; a
+//! database whose version is above what this binary knows is refused rather than misread.
 
 use crate::codec::Db;
 use feed::ports::StoreError;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
 use std::time::Duration;
+use store_sql::migrations::pending;
 
 /// How long a connection waits on a lock before reporting `SQLITE_BUSY`. Only the writer
 /// takes write locks, so this mostly covers WAL checkpoints and other processes (backups).
@@ -231,22 +232,16 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
 
 /// [`migrate`] over an explicit list, so tests can exercise an upgrade.
 pub(crate) fn migrate_with(conn: &mut Connection, migrations: &[&str]) -> Result<(), StoreError> {
-    let known = migrations.len() as i64;
     // IMMEDIATE: the version is read under the write lock, so two processes opening the same
     // file cannot both apply the same migration.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).db()?;
     let found: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0)).db()?;
-    if found > known {
-        return Err(StoreError::TooNew { found, known });
-    }
-    if found < 0 {
-        return Err(StoreError::Backend(format!("database has a negative schema version ({found})")));
-    }
-    for sql in &migrations[found as usize..] {
+    let pending = pending(found, migrations)?;
+    for sql in pending {
         tx.execute_batch(sql).db()?;
     }
-    if found < known {
-        tx.pragma_update(None, "user_version", known).db()?;
+    if !pending.is_empty() {
+        tx.pragma_update(None, "user_version", migrations.len() as i64).db()?;
     }
     tx.commit().db()?;
     Ok(())
@@ -255,6 +250,13 @@ pub(crate) fn migrate_with(conn: &mut Connection, migrations: &[&str]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use feed::ports::Scope;
+    use feed::{Filter, Key, OrderBy};
+    use rusqlite::params_from_iter;
+    use store_sql::dialect::{Dialect, Statement};
+    use store_sql::reads::{by_cseq_query, count_query, first_seq_query, nth_query, scan_query, ties_query};
+
+    const D: Dialect = Dialect::Sqlite;
 
     fn version(conn: &Connection) -> i64 {
         conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap()
@@ -293,5 +295,52 @@ mod tests {
         assert_eq!(version(&conn), 3);
         let c: i64 = conn.query_row("SELECT COUNT(*) FROM sqlite_schema WHERE name = 'c'", [], |r| r.get(0)).unwrap();
         assert_eq!(c, 0);
+    }
+
+    fn plan(conn: &Connection, q: &Statement<'_>) -> String {
+        let mut st = conn.prepare(&format!("EXPLAIN QUERY PLAN {}", q.sql)).unwrap();
+        let rows =
+            st.query_map(params_from_iter(q.args.iter().map(crate::codec::param)), |r| r.get::<_, String>(3)).unwrap();
+        rows.map(Result::unwrap).collect::<Vec<_>>().join(" | ")
+    }
+
+    /// Every read of every scope is an index search: no table scan, no temporary b-tree
+    /// for ORDER BY, whatever the bounds and direction.
+    #[test]
+    fn every_read_searches_an_index_without_sorting() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let filters = [
+            Filter::default(),
+            Filter { author: Some("a".into()), category: None },
+            Filter { author: None, category: Some("x".into()) },
+            Filter { author: Some("a".into()), category: Some("x".into()) },
+        ];
+        let k = Some(Key { t: 1, seq: 2 });
+        let end = Some(Key::end_of(9));
+        let mut queries = Vec::new();
+        for by in [OrderBy::Created, OrderBy::Modified] {
+            for filter in &filters {
+                let scope = Scope { feed: 1, by, filter };
+                for (after, before) in [(None, None), (k, None), (None, end), (k, end)] {
+                    for desc in [false, true] {
+                        queries.push(scan_query(D, &scope, after, before, desc, 10));
+                    }
+                }
+                if !filter.is_empty() {
+                    queries.push(count_query(D, &scope, None));
+                    queries.push(count_query(D, &scope, k));
+                    queries.push(nth_query(D, &scope, 3));
+                }
+                queries.push(ties_query(D, &scope, 1, 5, 10));
+            }
+            queries.push(first_seq_query(D, by, 1, Key { t: 1, seq: 2 }));
+        }
+        queries.push(by_cseq_query(D, 1, 1));
+        for q in &queries {
+            let plan = plan(&conn, q);
+            assert!(!plan.contains("TEMP B-TREE"), "{}\n  {plan}", q.sql);
+            assert!(plan.split(" | ").all(|step| step.starts_with("SEARCH")), "{}\n  {plan}", q.sql);
+        }
     }
 }

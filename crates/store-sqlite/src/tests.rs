@@ -8,6 +8,7 @@ use feed::ports::Scope;
 use feed::{Change, Entry, Filter, Item, Order, OrderBy};
 use std::sync::Mutex as StdMutex;
 use std::time::Duration;
+use store_sql::batch::Pending;
 
 fn ids(items: &[Item]) -> Vec<&str> {
     items.iter().map(|i| i.id.as_str()).collect()
@@ -98,7 +99,7 @@ where
     F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
 {
     let (tx, rx) = oneshot::channel();
-    store.inner.send(Job::Write(Box::new(Pending::new(f, tx)))).unwrap();
+    store.inner.writer.submit_now(Job::Write(Box::new(Pending::new(f, tx)))).unwrap();
     rx
 }
 
@@ -243,7 +244,7 @@ fn dropping_the_last_clone_outside_a_runtime_finishes_the_queue() {
     let answers: Vec<_> = (0..5)
         .map(|i| {
             let (tx, rx) = oneshot::channel();
-            store.inner.send(Job::Write(Box::new(Pending::new(publishing(format!("d{i}")), tx)))).unwrap();
+            store.inner.writer.submit_now(Job::Write(Box::new(Pending::new(publishing(format!("d{i}")), tx)))).unwrap();
             rx
         })
         .collect();

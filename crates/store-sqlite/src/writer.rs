@@ -1,24 +1,19 @@
-//! The writer thread and its group commit.
-//!
-//! One thread owns the write connection. It blocks for a job, then takes whatever else is
-//! already queued (up to [`MAX_BATCH`]), and runs them all in one `BEGIN IMMEDIATE` …
-//! `COMMIT`: one fsync for the whole batch, which is what makes many concurrent durable
-//! writes fast. Each closure runs inside its own savepoint, so one that fails (or panics)
-//! is rolled back alone. After the commit the batch's changes go to the [`ChangeSink`] in one
-//! call, in order, and only then is every caller answered: an answer always means "durable".
+//! The writer thread: group commit ([`store_sql::group_commit`]) on the one write connection,
+//! each batch in one `BEGIN IMMEDIATE` … `COMMIT`, and the reads of an in-memory database,
+//! which has no other connection.
 
-use super::read::SqlTx;
-use feed::ports::{ChangeSink, CommitObserver, StoreError};
+use crate::StoreStats;
+use crate::codec::store_error;
+use crate::connection::SqliteConn;
+use feed::Change;
+use feed::ports::{StoreError, StoreResult};
 use rusqlite::Connection;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-pub(crate) use store_sql::batch::{Pending, WriteJob, internal};
+use std::sync::{Arc, Mutex, PoisonError};
+use store_sql::batch::WriteJob;
+use store_sql::group_commit::{BatchTransaction, GroupCommit, Tally, next_batch};
+use store_sql::transaction::SqlTx;
+use store_sql::writer_thread::WriterThread;
 use tokio::sync::mpsc::Receiver;
-
-/// The most jobs one transaction takes. Bounds the latency a batch adds to its first caller
-/// and the memory its changes hold; at this size the fsync is long amortised.
-pub(crate) const MAX_BATCH: usize = 1024;
 
 /// What the writer thread is asked to do.
 pub(crate) enum Job {
@@ -27,121 +22,109 @@ pub(crate) enum Job {
     Read(Box<dyn FnOnce(&Connection) + Send>),
 }
 
-/// The writer's counters, shared with [`super::SqliteStore::stats`].
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) commits: AtomicU64,
-    pub(crate) writes: AtomicU64,
-    pub(crate) failed_writes: AtomicU64,
-    pub(crate) max_batch: AtomicU64,
+impl From<Box<dyn WriteJob>> for Job {
+    fn from(write: Box<dyn WriteJob>) -> Job {
+        Job::Write(write)
+    }
 }
 
-pub(crate) struct Writer {
-    pub(crate) conn: Connection,
-    pub(crate) jobs: Receiver<Job>,
-    pub(crate) sink: Option<ChangeSink>,
-    pub(crate) observer: Option<CommitObserver>,
-    pub(crate) counters: Arc<Counters>,
+impl StoreStats {
+    /// Adds a batch: its closures count as written only if it committed; otherwise every
+    /// caller got the batch's error.
+    fn count(&mut self, batch: Tally) {
+        let (n, succeeded) = (batch.jobs as u64, batch.succeeded as u64);
+        self.max_batch = self.max_batch.max(n);
+        if batch.committed {
+            self.commits += 1;
+            self.writes += succeeded;
+            self.failed_writes += n - succeeded;
+        } else {
+            self.failed_writes += n;
+        }
+    }
+}
+
+/// Starts the writer thread, owning the write connection; it counts its batches in `stats`
+/// (a lock taken once per batch, before any caller is answered).
+pub(crate) fn start(
+    conn: Connection,
+    commits: GroupCommit,
+    stats: Arc<Mutex<StoreStats>>,
+) -> StoreResult<WriterThread<Job>> {
+    let writer = Writer { conn, commits, stats };
+    WriterThread::spawn("sqlite-writer", move |jobs| writer.run(jobs))
+}
+
+struct Writer {
+    conn: Connection,
+    commits: GroupCommit,
+    stats: Arc<Mutex<StoreStats>>,
 }
 
 impl Writer {
-    /// Serves jobs until every sender is gone and the queue is empty: queued work is always
-    /// finished, which is what a graceful shutdown relies on.
-    pub(crate) fn run(mut self) {
-        while let Some(first) = self.jobs.blocking_recv() {
+    /// Serves jobs until the queue is closed and empty; each round's writes in one batch,
+    /// then its reads.
+    fn run(mut self, mut jobs: Receiver<Job>) {
+        while let Some(round) = next_batch(&mut jobs) {
             let mut writes = Vec::new();
             let mut reads = Vec::new();
-            let mut next = Some(first);
-            while let Some(job) = next.take() {
+            for job in round {
                 match job {
                     Job::Write(w) => writes.push(w),
                     Job::Read(r) => reads.push(r),
                 }
-                if writes.len() + reads.len() < MAX_BATCH {
-                    next = self.jobs.try_recv().ok();
-                }
             }
             if !writes.is_empty() {
-                self.commit_batch(writes);
+                let stats = &self.stats;
+                let count = |batch| stats.lock().unwrap_or_else(PoisonError::into_inner).count(batch);
+                self.commits.run(&mut Batch(&self.conn), writes, count);
             }
             for read in reads {
                 read(&self.conn);
             }
         }
     }
+}
 
-    fn commit_batch(&mut self, mut jobs: Vec<Box<dyn WriteJob>>) {
-        let conn = &self.conn;
-        let n = jobs.len() as u64;
-        self.counters.max_batch.fetch_max(n, Ordering::Relaxed);
-        let mut changes = Vec::new();
-        let mut succeeded = 0u64;
-        let started = std::time::Instant::now();
-        let mut aborted: Option<StoreError> =
-            conn.execute_batch("BEGIN IMMEDIATE").err().map(crate::codec::store_error);
-        if aborted.is_none() {
-            for job in jobs.iter_mut() {
-                if let Err(e) = run(conn, "SAVEPOINT job") {
-                    aborted = Some(crate::codec::store_error(e));
-                    break;
-                }
-                let mut tx = SqlTx::new(conn);
-                let ok = job.run(&mut tx);
-                let emitted = std::mem::take(&mut tx.changes);
-                // Some errors (disk full, I/O) make SQLite roll the whole transaction back
-                // by itself: then the earlier closures' work is gone too, and the batch fails.
-                if conn.is_autocommit() {
-                    aborted = Some(StoreError::Backend("the write transaction was rolled back by SQLite".into()));
-                    break;
-                }
-                let end = if ok {
-                    run(conn, "RELEASE job")
-                } else {
-                    run(conn, "ROLLBACK TO job").and_then(|()| run(conn, "RELEASE job"))
-                };
-                if let Err(e) = end {
-                    aborted = Some(crate::codec::store_error(e));
-                    break;
-                }
-                if ok {
-                    succeeded += 1;
-                    changes.extend(emitted);
-                }
-            }
+/// One batch's transaction on the write connection.
+struct Batch<'c>(&'c Connection);
+
+impl BatchTransaction for Batch<'_> {
+    fn begin(&mut self) -> Result<(), StoreError> {
+        self.0.execute_batch("BEGIN IMMEDIATE").map_err(store_error)
+    }
+
+    fn run(&mut self, job: &mut dyn WriteJob) -> Result<Option<Vec<Change>>, StoreError> {
+        let conn = self.0;
+        run(conn, "SAVEPOINT job").map_err(store_error)?;
+        let mut tx = SqlTx::new(SqliteConn(conn));
+        let ok = job.run(&mut tx);
+        let emitted = tx.take_changes();
+        // Some errors (disk full, I/O) make SQLite roll the whole transaction back by
+        // itself: then the earlier closures' work is gone too, and the batch fails.
+        if conn.is_autocommit() {
+            return Err(StoreError::Backend("the write transaction was rolled back by SQLite".into()));
         }
-        let outcome = match aborted {
-            Some(e) => Err(e),
-            None => conn.execute_batch("COMMIT").map_err(crate::codec::store_error),
+        let end = if ok {
+            run(conn, "RELEASE job")
+        } else {
+            run(conn, "ROLLBACK TO job").and_then(|()| run(conn, "RELEASE job"))
         };
-        if outcome.is_err() && !conn.is_autocommit() {
-            // A failed COMMIT (e.g. busy) leaves the transaction open: end it, or the next
-            // batch's BEGIN would fail too.
-            if let Err(e) = conn.execute_batch("ROLLBACK") {
-                tracing::error!(error = %e, "rollback after a failed batch failed");
-            }
-        }
-        match &outcome {
-            Ok(()) => {
-                if let Some(observe) = &self.observer {
-                    observe(n as usize, started.elapsed());
-                }
-                self.counters.commits.fetch_add(1, Ordering::Relaxed);
-                self.counters.writes.fetch_add(succeeded, Ordering::Relaxed);
-                self.counters.failed_writes.fetch_add(n - succeeded, Ordering::Relaxed);
-                if !changes.is_empty()
-                    && let Some(sink) = self.sink.as_mut()
-                    && catch_unwind(AssertUnwindSafe(|| sink(changes))).is_err()
-                {
-                    tracing::error!("the change sink panicked; the writer carries on");
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, jobs = n, "a write batch failed; all its callers get an error");
-                self.counters.failed_writes.fetch_add(n, Ordering::Relaxed);
-            }
-        }
-        for job in jobs {
-            job.answer(outcome.clone());
+        end.map_err(store_error)?;
+        Ok(ok.then_some(emitted))
+    }
+
+    fn commit(&mut self, _changes: &[Change]) -> Result<(), StoreError> {
+        self.0.execute_batch("COMMIT").map_err(store_error)
+    }
+
+    fn roll_back(&mut self) {
+        // A failed COMMIT (e.g. busy) leaves the transaction open: end it, or the next
+        // batch's BEGIN would fail too.
+        if !self.0.is_autocommit()
+            && let Err(e) = self.0.execute_batch("ROLLBACK")
+        {
+            tracing::error!(error = %e, "rollback after a failed batch failed");
         }
     }
 }

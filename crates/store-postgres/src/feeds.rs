@@ -1,0 +1,134 @@
+//! Feeds and items as PostgreSQL keeps them, where that differs from SQLite (see
+//! [`FeedStatements`]): every statement here runs inside the batch transaction and the
+//! closure's savepoint, and is undone if the closure fails.
+//!
+//! Failures a caller may provoke on purpose (a feed or item that exists, a feed or item
+//! that does not) are found without a failing statement, so they do not abort the
+//! savepoint; a closure may go on after them, as it can on the other stores.
+
+use crate::connection::PgConn;
+use crate::payload;
+use feed::ports::{StoreError, StoreResult};
+use feed::{Change, Item};
+use store_sql::dialect::{Arg, Statement};
+use store_sql::driver::{FeedStatements, Statements};
+
+impl FeedStatements for PgConn<'_> {
+    /// `FOR NO KEY UPDATE`: publishers of this feed, in this process or another, queue here
+    /// until this transaction ends, so each stamps from the counters the previous one
+    /// committed and commit order is cursor order. Subscriptions, whose foreign key takes a
+    /// `KEY SHARE` lock on the row, do not wait for it.
+    const LOCK_FEED: &'static str = " FOR NO KEY UPDATE";
+
+    fn feeds_after(after: Option<&str>, limit: i64) -> Statement<'_> {
+        match after {
+            Some(after) => Statement::written(
+                Self::DIALECT,
+                "SELECT id, name, items, last_t, last_mseq FROM feeds WHERE name > $1 ORDER BY name LIMIT $2",
+                &[Arg::Text(after), Arg::Int(limit)],
+            ),
+            None => Statement::written(
+                Self::DIALECT,
+                "SELECT id, name, items, last_t, last_mseq FROM feeds ORDER BY name LIMIT $1",
+                &[Arg::Int(limit)],
+            ),
+        }
+    }
+
+    fn insert_feed(&self, name: &str) -> StoreResult<i64> {
+        let row =
+            self.query_opt("INSERT INTO feeds(name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING id", &[&name])?;
+        match row {
+            Some(r) => self.get(&r, 0),
+            None => Err(StoreError::Backend(format!("feed {name:?} exists"))),
+        }
+    }
+
+    fn insert_item_row(&self, feed: i64, item: &Item) -> StoreResult<()> {
+        let (deleted, when, payload) = payload::columns(&item.payload);
+        let (created, modified) = (item.created, item.modified);
+        let n = self.exec(
+            "INSERT INTO items(feed, id, cseq, ctime, mseq, mtime, author, atom_id, categories, deleted, when_ms, payload)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+             ON CONFLICT DO NOTHING",
+            &[
+                &feed, &item.id, &created.seq, &created.t, &modified.seq, &modified.t, &item.author, &item.atom_id,
+                &item.categories, &deleted, &when, &payload,
+            ],
+        )?;
+        if n != 1 {
+            return Err(StoreError::Backend(format!("item {:?} or one of its seqs exists", item.id)));
+        }
+        Ok(())
+    }
+
+    fn update_item_row(&self, feed: i64, cseq: i64, new: &Item) -> StoreResult<()> {
+        let (deleted, when, payload) = payload::columns(&new.payload);
+        let at = new.modified;
+        self.exec(
+            "UPDATE items SET mseq = $3, mtime = $4, author = $5, atom_id = $6, categories = $7, deleted = $8,
+                 when_ms = $9, payload = $10
+             WHERE feed = $1 AND cseq = $2",
+            &[&feed, &cseq, &at.seq, &at.t, &new.author, &new.atom_id, &new.categories, &deleted, &when, &payload],
+        )?;
+        Ok(())
+    }
+
+    fn index_categories(&self, feed: i64, item: &Item, terms: &[&str]) -> StoreResult<()> {
+        if terms.is_empty() {
+            return Ok(());
+        }
+        self.exec(
+            "INSERT INTO item_categories(feed, cseq, term, ctime, mtime, mseq)
+             SELECT $1, $2, t, $3, $4, $5 FROM unnest($6::text[]) AS t",
+            &[&feed, &item.created.seq, &item.created.t, &item.modified.t, &item.modified.seq, &terms],
+        )?;
+        Ok(())
+    }
+
+    /// Also logs the change for the instance that pushes its feed (see [`crate::push_shards`]),
+    /// in this transaction: a change is owed to subscribers exactly when it is committed. A
+    /// failure to log fails the closure, like any failed statement.
+    fn emitted(&self, change: &Change) {
+        if !change.views.is_empty()
+            && let Err(e) = self.log_push(change)
+        {
+            // A failed statement is noted already; a row not written is noted here.
+            self.fail(e);
+        }
+    }
+}
+
+impl PgConn<'_> {
+    /// Appends a change to `push_log`, in its feed's shard.
+    fn log_push(&self, change: &Change) -> StoreResult<()> {
+        let (deleted, when, payload) = payload::columns(&change.item.payload);
+        let views: Vec<&str> = change.views.iter().map(|v| v.view.as_str()).collect();
+        let counts: Vec<i64> = change.views.iter().map(|v| v.count.min(i64::MAX as u64) as i64).collect();
+        let previous: Vec<Option<String>> = change.views.iter().map(|v| v.previous.map(|c| c.to_string())).collect();
+        let last: Vec<String> = change.views.iter().map(|v| v.last.to_string()).collect();
+        let n = self.exec(
+            "INSERT INTO push_log(feed, shard, item_id, created, modified, deleted, when_ms, payload,
+                                  views, counts, previous, last)
+             SELECT id, (id % $12)::int, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM feeds WHERE name = $1",
+            &[
+                &change.feed,
+                &change.item.id,
+                &change.created,
+                &change.item.modified.t,
+                &deleted,
+                &when,
+                &payload,
+                &views,
+                &counts,
+                &previous,
+                &last,
+                &i64::from(crate::push_shards::SHARDS),
+            ],
+        )?;
+        if n == 0 {
+            return Err(StoreError::Backend(format!("cannot log a push: no feed {:?}", change.feed)));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,118 @@
+//! Group commit, as both SQL stores' writer threads run it.
+//!
+//! One thread owns the write connection. It blocks for a job, then takes whatever else is
+//! already queued (up to [`MAX_BATCH`]), and runs them all in one transaction: one COMMIT
+//! (one fsync) for the whole batch, which is what makes many concurrent durable writes
+//! fast. Each closure runs inside its own savepoint, so one that fails (or panics) is rolled
+//! back alone. After the commit the batch's changes go to the [`ChangeSink`] in one call, in
+//! order, and only then is every caller answered: an answer always means "committed".
+//!
+//! How a database begins, keeps savepoints, commits and gives up is its store's
+//! ([`BatchTransaction`]); the order of those steps, and who is told what, is here.
+
+use crate::batch::WriteJob;
+use feed::Change;
+use feed::ports::{ChangeSink, CommitObserver, StoreError};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Instant;
+use tokio::sync::mpsc::Receiver;
+
+/// The most jobs one transaction takes. Bounds the latency a batch adds to its first caller
+/// and the memory its changes hold; at this size the fsync is long amortised.
+pub const MAX_BATCH: usize = 1024;
+
+/// Blocks for a job, then takes whatever else is queued, up to [`MAX_BATCH`] in all. `None`
+/// once every sender is gone and the queue is empty: queued work is always finished, which
+/// is what a graceful shutdown relies on.
+pub fn next_batch<J>(jobs: &mut Receiver<J>) -> Option<Vec<J>> {
+    let mut batch = vec![jobs.blocking_recv()?];
+    while batch.len() < MAX_BATCH {
+        match jobs.try_recv() {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
+/// One batch's transaction, as its database runs it.
+pub trait BatchTransaction {
+    /// Begins the transaction.
+    fn begin(&mut self) -> Result<(), StoreError>;
+    /// Runs one job in its own savepoint: the changes it emitted when it succeeded, `None`
+    /// when it failed (its savepoint rolled back, the others' work kept), an error when the
+    /// whole transaction is lost.
+    fn run(&mut self, job: &mut dyn WriteJob) -> Result<Option<Vec<Change>>, StoreError>;
+    /// Commits; `changes` are what the batch's successful jobs emitted.
+    fn commit(&mut self, changes: &[Change]) -> Result<(), StoreError>;
+    /// Ends a transaction that failed (at any step), if it is still open.
+    fn roll_back(&mut self);
+}
+
+/// What became of a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tally {
+    /// Jobs in the batch.
+    pub jobs: usize,
+    /// Jobs whose closure succeeded; committed only if the batch was.
+    pub succeeded: usize,
+    pub committed: bool,
+}
+
+/// Where a writer's commits are announced: the change sink and the commit observer. Both
+/// run on the writer thread between COMMIT and the answers, so they must be quick and must
+/// not wait on the store.
+pub struct GroupCommit {
+    sink: Option<ChangeSink>,
+    observer: Option<CommitObserver>,
+}
+
+impl GroupCommit {
+    pub fn new(sink: Option<ChangeSink>, observer: Option<CommitObserver>) -> GroupCommit {
+        GroupCommit { sink, observer }
+    }
+
+    /// Runs `jobs` in one transaction of `db`, announces the commit, and answers every job.
+    /// `settled` learns what became of the batch before any caller is answered.
+    pub fn run(
+        &mut self,
+        db: &mut impl BatchTransaction,
+        mut jobs: Vec<Box<dyn WriteJob>>,
+        settled: impl FnOnce(Tally),
+    ) {
+        let n = jobs.len();
+        let started = Instant::now();
+        let mut changes = Vec::new();
+        let mut succeeded = 0;
+        let outcome = db.begin().and_then(|()| {
+            for job in jobs.iter_mut() {
+                if let Some(emitted) = db.run(job.as_mut())? {
+                    succeeded += 1;
+                    changes.extend(emitted);
+                }
+            }
+            db.commit(&changes)
+        });
+        if outcome.is_err() {
+            db.roll_back();
+        }
+        settled(Tally { jobs: n, succeeded, committed: outcome.is_ok() });
+        match &outcome {
+            Ok(()) => {
+                if let Some(observe) = &self.observer {
+                    observe(n, started.elapsed());
+                }
+                if !changes.is_empty()
+                    && let Some(sink) = self.sink.as_mut()
+                    && catch_unwind(AssertUnwindSafe(|| sink(changes))).is_err()
+                {
+                    tracing::error!("the change sink panicked; the writer carries on");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, jobs = n, "a write batch failed; all its callers get an error"),
+        }
+        for job in jobs {
+            job.answer(outcome.clone());
+        }
+    }
+}

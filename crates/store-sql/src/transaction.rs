@@ -1,0 +1,386 @@
+//! The core's [`ReadTx`] and [`WriteTx`] for both SQL stores: [`SqlTx`] over a store's
+//! [`Driver`], on a connection that is inside a transaction (a read snapshot, or a writer's
+//! batch and the closure's savepoint). The caller owns the transaction.
+//!
+//! Every read and write that is the same in both databases is here: which statement, which
+//! rows, which error when. Shared statements are written once with `?N` parameters
+//! ([`Statement::written`]); where a database spells a statement its own way, its driver
+//! supplies it (see [`crate::driver`]).
+
+use crate::dialect::{Arg, Statement};
+use crate::driver::{Columns, Driver};
+use crate::modified_counts;
+use crate::reads::{
+    FEED_COLUMNS, HUB_SUBSCRIPTION_COLUMNS, ITEM_COLUMNS, OUTBOX_COLUMNS, by_cseq_query, count_query, first_seq_query,
+    limit_arg, nth_query, scan_query, ties_query,
+};
+use feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
+use feed::policy::bare;
+use feed::ports::{FeedRow, ReadTx, Scope, StoreError, StoreResult, Subscription, WriteTx};
+use feed::{Change, Item, Key, OrderBy};
+
+/// A transaction's view of a connection that is already inside one.
+pub struct SqlTx<D> {
+    driver: D,
+    /// Changes emitted by the closure running now; the writer takes them when it succeeds.
+    changes: Vec<Change>,
+}
+
+impl<D> SqlTx<D> {
+    pub fn new(driver: D) -> SqlTx<D> {
+        SqlTx { driver, changes: Vec::new() }
+    }
+
+    pub fn driver(&self) -> &D {
+        &self.driver
+    }
+
+    /// The changes emitted so far, taken: the writer keeps them if the closure succeeded.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
+}
+
+/// A feed's row, from [`FEED_COLUMNS`].
+fn feed_row(r: &dyn Columns) -> StoreResult<FeedRow> {
+    let (id, name, items) = (r.int(0)?, r.text(1)?, r.int(2)?.max(0) as u64);
+    Ok(FeedRow { id, name, items, last_t: r.int(3)?, last_mseq: r.int(4)? })
+}
+
+fn subscription(r: &dyn Columns) -> StoreResult<Subscription> {
+    Ok(Subscription { node: r.text(0)?, view: r.text(1)?, jid: r.text(2)?, subid: r.text(3)? })
+}
+
+/// A WebSub subscription, from [`HUB_SUBSCRIPTION_COLUMNS`].
+pub fn hub_subscription(r: &dyn Columns) -> StoreResult<HubSubscription> {
+    let (id, feed, view, topic) = (r.int(0)?, r.int(1)?, r.text(2)?, r.text(3)?);
+    let (callback, secret, expires, delivered) = (r.text(4)?, r.opt_text(5)?, r.int(6)?, r.int(7)?);
+    Ok(HubSubscription { id, feed, view, topic, callback, secret, expires, delivered })
+}
+
+fn key(r: &dyn Columns) -> StoreResult<Key> {
+    Ok(Key { t: r.int(0)?, seq: r.int(1)? })
+}
+
+/// The count a statement returned in its first row (none: 0).
+fn count_of(rows: Vec<i64>) -> u64 {
+    rows.first().map_or(0, |n| (*n).max(0) as u64)
+}
+
+/// The distinct terms of an item, first occurrence first: what the category index holds.
+fn distinct_terms(terms: &[String]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::with_capacity(terms.len());
+    for t in terms {
+        if !out.contains(&t.as_str()) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+impl<D: Driver> SqlTx<D> {
+    /// Runs a statement written with `?N` parameters, reading its rows with `read`.
+    fn rows<T>(
+        &self,
+        sql: &str,
+        args: &[Arg<'_>],
+        read: impl FnMut(&dyn Columns) -> StoreResult<T>,
+    ) -> StoreResult<Vec<T>> {
+        self.driver.rows(&Statement::written(D::DIALECT, sql, args), read)
+    }
+
+    /// Runs a statement written with `?N` parameters that returns no rows; how many it
+    /// changed.
+    fn execute(&self, sql: &str, args: &[Arg<'_>]) -> StoreResult<u64> {
+        self.driver.execute(&Statement::written(D::DIALECT, sql, args))
+    }
+
+    /// The store's own count of the feed's items (see `feeds.n_items` in the schemas).
+    fn n_items(&self, feed: i64) -> StoreResult<u64> {
+        Ok(count_of(self.rows("SELECT n_items FROM feeds WHERE id = ?1", &[Arg::Int(feed)], |r| r.int(0))?))
+    }
+
+    /// The seq of the first item of the (unfiltered) order at or after `key`.
+    fn first_seq_from(&self, feed: i64, by: OrderBy, key: Key) -> StoreResult<Option<i64>> {
+        let seqs = self.driver.rows(&first_seq_query(D::DIALECT, by, feed, key), |r| r.int(0))?;
+        Ok(seqs.into_iter().next())
+    }
+
+    /// The feed named `name`, its `SELECT` followed by `lock`.
+    fn feed_row(&self, name: &str, lock: &str) -> StoreResult<Option<FeedRow>> {
+        let sql = format!("SELECT {FEED_COLUMNS} FROM feeds WHERE name = ?1{lock}");
+        Ok(self.rows(&sql, &[Arg::Text(name)], feed_row)?.into_iter().next())
+    }
+}
+
+impl<D: Driver> ReadTx for SqlTx<D> {
+    fn feed(&self, name: &str) -> StoreResult<Option<FeedRow>> {
+        self.feed_row(name, "")
+    }
+
+    fn feeds(&self, after: Option<&str>, limit: usize) -> StoreResult<Vec<FeedRow>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.driver.rows(&D::feeds_after(after, limit_arg(limit)), feed_row)
+    }
+
+    fn item(&self, feed: i64, id: &str) -> StoreResult<Option<Item>> {
+        let sql = format!("SELECT {ITEM_COLUMNS} FROM items i WHERE i.feed = ?1 AND i.id = ?2");
+        Ok(self.rows(&sql, &[Arg::Int(feed), Arg::Text(id)], |r| r.item())?.into_iter().next())
+    }
+
+    fn scan(
+        &self,
+        scope: Scope<'_>,
+        after: Option<Key>,
+        before: Option<Key>,
+        descending: bool,
+        limit: usize,
+    ) -> StoreResult<Vec<Item>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.driver.rows(&scan_query(D::DIALECT, &scope, after, before, descending, limit), |r| r.item())
+    }
+
+    fn count(&self, scope: Scope<'_>) -> StoreResult<u64> {
+        if scope.filter.is_empty() {
+            return self.n_items(scope.feed);
+        }
+        Ok(count_of(self.driver.rows(&count_query(D::DIALECT, &scope, None), |r| r.int(0))?))
+    }
+
+    fn rank(&self, scope: Scope<'_>, key: Key) -> StoreResult<u64> {
+        if scope.filter.is_empty() {
+            // The items below `key` are exactly those before the first item at or after it.
+            let Some(seq) = self.first_seq_from(scope.feed, scope.by, key)? else {
+                return self.n_items(scope.feed);
+            };
+            return match scope.by {
+                // Created seqs are dense from 1 and follow key order.
+                OrderBy::Created => Ok(seq.saturating_sub(1).max(0) as u64),
+                OrderBy::Modified => self.driver.count_modified_below(scope.feed, seq),
+            };
+        }
+        Ok(count_of(self.driver.rows(&count_query(D::DIALECT, &scope, Some(key)), |r| r.int(0))?))
+    }
+
+    fn nth(&self, scope: Scope<'_>, index: u64) -> StoreResult<Option<Key>> {
+        let Ok(offset) = i64::try_from(index) else { return Ok(None) };
+        let q = if scope.filter.is_empty() {
+            if index >= self.n_items(scope.feed)? {
+                return Ok(None);
+            }
+            match scope.by {
+                OrderBy::Created => by_cseq_query(D::DIALECT, scope.feed, offset + 1),
+                OrderBy::Modified => return modified_counts::nth(&self.driver, scope.feed, index),
+            }
+        } else {
+            nth_query(D::DIALECT, &scope, offset)
+        };
+        Ok(self.driver.rows(&q, key)?.into_iter().next())
+    }
+
+    fn ties(&self, scope: Scope<'_>, t: i64, upto_seq: i64, limit: usize) -> StoreResult<Vec<String>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.driver.rows(&ties_query(D::DIALECT, &scope, t, upto_seq, limit), |r| r.text(0))
+    }
+
+    fn subscribed_views(&self, feed: i64) -> StoreResult<Vec<String>> {
+        self.rows("SELECT DISTINCT view FROM subscriptions WHERE feed = ?1 ORDER BY view", &[Arg::Int(feed)], |r| {
+            r.text(0)
+        })
+    }
+
+    fn subscribers(&self, feed: i64, view: &str) -> StoreResult<Vec<Subscription>> {
+        self.rows(
+            "SELECT node, view, jid, subid FROM subscriptions WHERE feed = ?1 AND view = ?2 ORDER BY jid",
+            &[Arg::Int(feed), Arg::Text(view)],
+            subscription,
+        )
+    }
+
+    fn subscriptions_of(&self, bare: &str) -> StoreResult<Vec<Subscription>> {
+        self.rows(
+            "SELECT s.node, s.view, s.jid, s.subid FROM subscriptions s JOIN feeds f ON f.id = s.feed
+             WHERE s.bare = ?1 ORDER BY f.name, s.view, s.jid",
+            &[Arg::Text(bare)],
+            subscription,
+        )
+    }
+
+    fn subscription_count(&self, feed: i64) -> StoreResult<u64> {
+        Ok(count_of(self.rows("SELECT COUNT(*) FROM subscriptions WHERE feed = ?1", &[Arg::Int(feed)], |r| r.int(0))?))
+    }
+
+    fn hub_views(&self, feed: i64) -> StoreResult<Vec<String>> {
+        self.rows("SELECT DISTINCT view FROM hub_subscriptions WHERE feed = ?1 ORDER BY view", &[Arg::Int(feed)], |r| {
+            r.text(0)
+        })
+    }
+
+    fn hub_subscriptions(&self, after: i64, limit: usize) -> StoreResult<Vec<HubSubscription>> {
+        let sql =
+            format!("SELECT {HUB_SUBSCRIPTION_COLUMNS} FROM hub_subscriptions WHERE id > ?1 ORDER BY id LIMIT ?2");
+        self.rows(&sql, &[Arg::Int(after), Arg::Int(limit_arg(limit))], hub_subscription)
+    }
+
+    fn hub_subscribers(&self, feed: i64) -> StoreResult<Vec<HubSubscription>> {
+        let sql =
+            format!("SELECT {HUB_SUBSCRIPTION_COLUMNS} FROM hub_subscriptions WHERE feed = ?1 ORDER BY view, callback");
+        self.rows(&sql, &[Arg::Int(feed)], hub_subscription)
+    }
+
+    fn outbox(&self, feed: i64, view: &str, after: i64, limit: usize) -> StoreResult<Vec<OutboxEntry>> {
+        let sql = format!(
+            "SELECT {OUTBOX_COLUMNS}
+             FROM hub_outbox WHERE feed = ?1 AND view = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4"
+        );
+        let args = [Arg::Int(feed), Arg::Text(view), Arg::Int(after), Arg::Int(limit_arg(limit))];
+        self.rows(&sql, &args, |r| r.outbox_entry())
+    }
+
+    fn outbox_stats(&self) -> StoreResult<OutboxStats> {
+        let stats = self.rows("SELECT COUNT(*), MIN(at) FROM hub_outbox", &[], |r| {
+            Ok(OutboxStats { rows: r.int(0)?.max(0) as u64, oldest: r.opt_int(1)? })
+        })?;
+        Ok(stats.into_iter().next().unwrap_or(OutboxStats { rows: 0, oldest: None }))
+    }
+}
+
+impl<D: Driver> WriteTx for SqlTx<D> {
+    fn feed_for_update(&mut self, name: &str) -> StoreResult<Option<FeedRow>> {
+        self.feed_row(name, D::LOCK_FEED)
+    }
+
+    fn create_feed(&mut self, name: &str) -> StoreResult<FeedRow> {
+        let id = self.driver.insert_feed(name)?;
+        Ok(FeedRow { id, name: name.to_string(), items: 0, last_t: 0, last_mseq: 0 })
+    }
+
+    fn save_feed(&mut self, feed: &FeedRow) -> StoreResult<()> {
+        let items = i64::try_from(feed.items).map_err(|_| StoreError::Backend("feed item count overflows".into()))?;
+        let args = [Arg::Int(feed.id), Arg::Int(items), Arg::Int(feed.last_t), Arg::Int(feed.last_mseq)];
+        match self.execute("UPDATE feeds SET items = ?2, last_t = ?3, last_mseq = ?4 WHERE id = ?1", &args)? {
+            1 => Ok(()),
+            _ => Err(StoreError::Backend(format!("no feed with id {}", feed.id))),
+        }
+    }
+
+    fn insert_item(&mut self, feed: i64, item: &Item) -> StoreResult<()> {
+        self.driver.insert_item_row(feed, item)?;
+        if self.execute("UPDATE feeds SET n_items = n_items + 1 WHERE id = ?1", &[Arg::Int(feed)])? != 1 {
+            return Err(StoreError::Backend(format!("no feed with id {feed}")));
+        }
+        self.driver.index_categories(feed, item, &distinct_terms(&item.categories))?;
+        self.driver.move_modified(feed, Some(item.modified.seq), None)
+    }
+
+    fn update_item(&mut self, feed: i64, old: &Item, new: &Item) -> StoreResult<()> {
+        if new.id != old.id || new.created != old.created {
+            return Err(StoreError::Backend(format!("update of {:?} must keep its id and created key", old.id)));
+        }
+        // The stored row, not `old`, says which modified bucket to release: a stale `old`
+        // must not be able to skew the counts.
+        let found = self.rows(
+            "SELECT cseq, mseq FROM items WHERE feed = ?1 AND id = ?2",
+            &[Arg::Int(feed), Arg::Text(&old.id)],
+            |r| Ok((r.int(0)?, r.int(1)?)),
+        )?;
+        let Some((cseq, old_mseq)) = found.into_iter().next() else {
+            return Err(StoreError::Backend(format!("no item {:?} to update", old.id)));
+        };
+        if cseq != new.created.seq {
+            return Err(StoreError::Backend(format!("update of {:?} must keep its created key", old.id)));
+        }
+        self.driver.update_item_row(feed, cseq, new)?;
+        self.execute("DELETE FROM item_categories WHERE feed = ?1 AND cseq = ?2", &[Arg::Int(feed), Arg::Int(cseq)])?;
+        self.driver.index_categories(feed, new, &distinct_terms(&new.categories))?;
+        self.driver.move_modified(feed, Some(new.modified.seq), Some(old_mseq))
+    }
+
+    fn put_subscription(&mut self, feed: i64, sub: &Subscription) -> StoreResult<()> {
+        let (view, jid, node, subid) = (sub.view.as_str(), sub.jid.as_str(), sub.node.as_str(), sub.subid.as_str());
+        let args =
+            [Arg::Int(feed), Arg::Text(view), Arg::Text(jid), Arg::Text(bare(jid)), Arg::Text(node), Arg::Text(subid)];
+        self.execute(
+            "INSERT INTO subscriptions(feed, view, jid, bare, node, subid) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (feed, view, jid) DO UPDATE SET node = excluded.node, subid = excluded.subid",
+            &args,
+        )?;
+        Ok(())
+    }
+
+    fn delete_subscription(&mut self, feed: i64, view: &str, jid: &str) -> StoreResult<bool> {
+        Ok(self.execute(
+            "DELETE FROM subscriptions WHERE feed = ?1 AND view = ?2 AND jid = ?3",
+            &[Arg::Int(feed), Arg::Text(view), Arg::Text(jid)],
+        )? > 0)
+    }
+
+    fn delete_subscriptions_of(&mut self, jid: &str) -> StoreResult<u64> {
+        // Through the `bare` index: a JID's subscriptions are among its bare JID's.
+        self.execute("DELETE FROM subscriptions WHERE bare = ?1 AND jid = ?2", &[Arg::Text(bare(jid)), Arg::Text(jid)])
+    }
+
+    fn put_hub_subscription(&mut self, sub: &HubSubscription) -> StoreResult<HubSubscription> {
+        self.driver.upsert_hub_subscription(sub)
+    }
+
+    fn delete_hub_subscription(&mut self, feed: i64, view: &str, callback: &str) -> StoreResult<bool> {
+        Ok(self.execute(
+            "DELETE FROM hub_subscriptions WHERE feed = ?1 AND view = ?2 AND callback = ?3",
+            &[Arg::Int(feed), Arg::Text(view), Arg::Text(callback)],
+        )? > 0)
+    }
+
+    fn expire_hub_subscriptions(&mut self, now: i64) -> StoreResult<Vec<i64>> {
+        self.rows("DELETE FROM hub_subscriptions WHERE expires <= ?1 RETURNING id", &[Arg::Int(now)], |r| r.int(0))
+    }
+
+    fn hub_delivered(&mut self, id: i64, upto: i64) -> StoreResult<bool> {
+        self.driver.raise_delivered(id, upto)
+    }
+
+    fn append_outbox(&mut self, entry: &OutboxEntry) -> StoreResult<i64> {
+        self.driver.insert_outbox(entry)
+    }
+
+    /// Per view, one lookup of the slowest subscription's mark and one index range delete:
+    /// a correlated `MIN` per outbox row would cost rows × subscriptions.
+    fn prune_outbox(&mut self, keep: u64) -> StoreResult<u64> {
+        let marks =
+            self.rows("SELECT feed, view, MIN(delivered) FROM hub_subscriptions GROUP BY feed, view", &[], |r| {
+                Ok((r.int(0)?, r.text(1)?, r.int(2)?))
+            })?;
+        let mut n = 0u64;
+        for (feed, view, mark) in &marks {
+            n += self.execute(
+                "DELETE FROM hub_outbox WHERE feed = ?1 AND view = ?2 AND seq <= ?3",
+                &[Arg::Int(*feed), Arg::Text(view), Arg::Int(*mark)],
+            )?;
+        }
+        n += self.execute(D::DELETE_UNFOLLOWED_OUTBOX, &[])?;
+        n += self.execute(D::DELETE_OUTBOX_BEYOND, &[Arg::Int(keep.min(i64::MAX as u64) as i64)])?;
+        Ok(n)
+    }
+
+    fn emit(&mut self, change: Change) {
+        self.driver.emitted(&change);
+        self.changes.push(change);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distinct_terms_keep_the_first_of_each_in_order() {
+        let terms: Vec<String> = ["b", "a", "b", "c", "a"].map(String::from).into();
+        assert_eq!(distinct_terms(&terms), ["b", "a", "c"]);
+    }
+}
