@@ -3,6 +3,7 @@
 //! holds items `(K-1)·P+1 … K·P`, newest first. Every document is one keyset read at a known
 //! creation index, so the oldest document of a huge feed costs what the newest does.
 
+use super::answers::{ArchiveParams, FeedPath, JsonFeed, ReadErrors};
 use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
@@ -19,12 +20,28 @@ use feed::service::PullRequest;
 use std::sync::Arc;
 
 /// `GET BASE/feeds/FEED/archive/`.
+#[utoipa::path(get, path = "/feeds/{feed}/archive/", tag = "archives",
+    summary = "The newest archive document (RFC 5005): its items oldest first, links to the archived ones",
+    params(FeedPath, ArchiveParams),
+    responses(
+        (status = 200, description = "The document", content((String = "application/atom+xml"), (JsonFeed = "application/feed+json"))),
+        ReadErrors,
+    ),
+    security((), ("bearer" = [])))]
 pub async fn recent<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Response, ApiError> {
     let q = FeedQuery::parse(asked.query.as_deref(), ARCHIVE_PARAMS)?;
     document(&st, &asked.actor, &asked.path, None, format(&q, &asked.headers)).await
 }
 
 /// `GET BASE/feeds/FEED/archive/K`.
+#[utoipa::path(get, path = "/feeds/{feed}/archive/{k}", tag = "archives",
+    summary = "Archive document K (from 1, oldest); an archived one never changes",
+    params(FeedPath, ("k" = u64, Path, description = "The document's number, from 1"), ArchiveParams),
+    responses(
+        (status = 200, description = "The document", content((String = "application/atom+xml"), (JsonFeed = "application/feed+json"))),
+        ReadErrors,
+    ),
+    security((), ("bearer" = [])))]
 pub async fn numbered<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {
     let Asked { actor, path: (feed, k), query, headers } = asked;
     let q = FeedQuery::parse(query.as_deref(), ARCHIVE_PARAMS)?;
@@ -96,10 +113,8 @@ async fn document<S: Store>(
         Format::JsonFeed => {
             let home = format!("{}/", st.settings.base);
             let mut doc = json_feed::document(&doc, &home, &links);
-            if archived {
-                doc["_smartfeeds"]["archive"] = serde_json::Value::Bool(true);
-            }
-            doc.to_string()
+            doc.smartfeeds.archive = archived.then_some(true);
+            super::formats::to_json(&doc)
         }
         _ => doc.atom(&links, if archived { "<fh:archive/>" } else { "" }),
     };

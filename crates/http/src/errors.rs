@@ -3,6 +3,7 @@
 //! `Retry-After` on 429. [`ApiError::from_feed`] is the table from the core's errors.
 
 use super::actor::Actor;
+use super::answers::ErrorJson;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use feed::{FeedError, StoreError};
@@ -89,7 +90,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.condition, "text": self.text });
+        let body = ErrorJson { error: self.condition.to_string(), text: self.text };
         let mut res = (self.status, axum::Json(body)).into_response();
         let h = res.headers_mut();
         if self.status == StatusCode::UNAUTHORIZED {

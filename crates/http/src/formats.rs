@@ -3,10 +3,11 @@
 //! spliced in verbatim; only `title`, `content` and the author's name are read out of them
 //! for JSON.
 
+use crate::answers::{AuthorJson, ItemJson, PageJson};
 use feed::position::rfc3339;
 use feed::{Cursor, Item, Payload};
 use minidom::Element;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 pub const ATOM: &str = "http://www.w3.org/2005/Atom";
 pub const FO: &str = "http://fanout.org/protocol/atom";
@@ -57,40 +58,49 @@ impl Format {
 
 pub use feed::atom::escape as esc;
 
+/// A typed answer as JSON text (it has no map with non-string keys, so it always
+/// serialises).
+pub fn to_json<T: serde::Serialize>(answer: &T) -> String {
+    serde_json::to_string(answer).unwrap_or_default()
+}
+
 /// The RFC 6721 tombstone of a retracted item, standing alone.
 pub fn tombstone_xml(atom_ref: &str, when: i64) -> String {
     format!(r#"<deleted-entry xmlns="{TOMBSTONES}" ref="{}" when="{}"/>"#, esc(atom_ref), rfc3339(when))
 }
 
 /// One item as JSON.
-pub fn item_json(item: &Item, cursor: &Cursor) -> Value {
-    let mut o = Map::new();
-    o.insert("id".into(), json!(item.id));
-    o.insert("cursor".into(), json!(cursor.to_string()));
-    o.insert("published".into(), json!(rfc3339(item.created.t)));
-    o.insert("updated".into(), json!(rfc3339(item.modified.t)));
+pub fn item_json(item: &Item, cursor: &Cursor) -> ItemJson {
+    let mut j = ItemJson {
+        id: item.id.clone(),
+        cursor: cursor.to_string(),
+        published: rfc3339(item.created.t),
+        updated: rfc3339(item.modified.t),
+        title: None,
+        content: None,
+        author: None,
+        atom: String::new(),
+        deleted: None,
+    };
     match &item.payload {
         Payload::Entry(xml) => {
             if let Ok(e) = xml.parse::<Element>() {
                 let text = |name: &str| e.get_child(name, ATOM).map(|c| c.text());
-                if let Some(t) = text("title") {
-                    o.insert("title".into(), json!(t));
-                }
-                if let Some(c) = text("content") {
-                    o.insert("content".into(), json!(c));
-                }
-                if let Some(n) = e.get_child("author", ATOM).and_then(|a| a.get_child("name", ATOM)) {
-                    o.insert("author".into(), json!({ "displayName": n.text() }));
-                }
+                j.title = text("title");
+                j.content = text("content");
+                j.author = e
+                    .get_child("author", ATOM)
+                    .and_then(|a| a.get_child("name", ATOM))
+                    .map(|n| AuthorJson { display_name: n.text() });
             }
-            o.insert("atom".into(), json!(xml));
+            j.atom = xml.clone();
         }
         Payload::Tombstone { atom_ref, when } => {
-            o.insert("deleted".into(), json!(true));
-            o.insert("atom".into(), json!(tombstone_xml(atom_ref, *when)));
+            j.deleted = Some(true);
+            j.atom = tombstone_xml(atom_ref, *when);
         }
     }
-    Value::Object(o)
+    j
 }
 
 /// A page of a view, as the parts every format needs.
@@ -107,20 +117,16 @@ pub struct Doc<'a> {
 }
 
 impl Doc<'_> {
-    pub fn json(&self) -> Value {
-        let items: Vec<Value> = self.items.iter().zip(self.cursors).map(|(i, c)| item_json(i, c)).collect();
-        let mut o = Map::new();
-        o.insert("count".into(), json!(items.len()));
-        o.insert("totalItems".into(), json!(self.total));
-        o.insert("url".into(), json!(self.url));
-        if let Some(c) = self.cursors.last() {
-            o.insert("last_cursor".into(), json!(c.to_string()));
+    pub fn json(&self) -> PageJson {
+        let items: Vec<ItemJson> = self.items.iter().zip(self.cursors).map(|(i, c)| item_json(i, c)).collect();
+        PageJson {
+            count: items.len(),
+            total_items: self.total,
+            url: self.url.to_string(),
+            last_cursor: self.cursors.last().map(Cursor::to_string),
+            next: self.next.clone(),
+            items,
         }
-        if let Some(n) = &self.next {
-            o.insert("next".into(), json!(n));
-        }
-        o.insert("items".into(), Value::Array(items));
-        Value::Object(o)
     }
 
     /// The Atom document; `extra` is written after the links (archive elements).
@@ -226,6 +232,7 @@ mod tests {
         let a = entry_atom(&e, &c);
         assert!(a.ends_with("<fo:id>a&amp;b</fo:id><fo:cursor>1_0_7</fo:cursor></entry>"), "{a}");
         let j = item_json(&e, &c);
+        let j = serde_json::to_value(j).unwrap();
         assert_eq!(j["title"], "T");
         assert_eq!(j["content"], "C");
         assert_eq!(j["author"]["displayName"], "ann");
@@ -233,7 +240,7 @@ mod tests {
         assert!(j.get("deleted").is_none());
         let t = item(Payload::Tombstone { atom_ref: "urn:x".into(), when: 5 });
         assert!(entry_atom(&t, &c).starts_with("<at:deleted-entry ref=\"urn:x\""));
-        assert_eq!(item_json(&t, &c)["deleted"], true);
+        assert_eq!(item_json(&t, &c).deleted, Some(true));
         let empty = item(Payload::Entry(format!(r#"<entry xmlns="{ATOM}"/>"#)));
         assert!(entry_atom(&empty, &c).ends_with("</fo:cursor></entry>"));
     }

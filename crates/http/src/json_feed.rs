@@ -9,10 +9,10 @@
 //! stays in the format while it follows them.
 
 use super::formats::{ATOM, Doc};
+use crate::answers::{JsonFeed, JsonFeedAuthor, JsonFeedExtension, JsonFeedHub, JsonFeedItem, JsonFeedItemExtension};
 use feed::position::rfc3339;
 use feed::{Cursor, Item, Payload};
 use minidom::Element;
-use serde_json::{Map, Value, json};
 
 pub const CONTENT_TYPE: &str = "application/feed+json; charset=utf-8";
 pub const VERSION: &str = "https://jsonfeed.org/version/1.1";
@@ -25,102 +25,91 @@ pub fn url(url: &str) -> String {
 
 /// The document of a page. `links` are extra relations (RFC 5005's for archives) kept in
 /// the document's `_smartfeeds` object; `next` (when the page has one) becomes `next_url`.
-pub fn document(doc: &Doc<'_>, home: &str, links: &[(&str, &str)]) -> Value {
-    let items: Vec<Value> = doc.items.iter().zip(doc.cursors).map(|(i, c)| item(i, c)).collect();
-    let mut ext = Map::new();
-    ext.insert("total".into(), json!(doc.total));
-    if let Some(c) = doc.cursors.last() {
-        ext.insert("last_cursor".into(), json!(c.to_string()));
+pub fn document(doc: &Doc<'_>, home: &str, links: &[(&str, &str)]) -> JsonFeed {
+    let links = (!links.is_empty()).then(|| links.iter().map(|(rel, href)| (rel.to_string(), url(href))).collect());
+    JsonFeed {
+        version: VERSION.into(),
+        title: doc.title.into(),
+        home_page_url: home.into(),
+        feed_url: url(doc.url),
+        next_url: doc.next.as_deref().map(url),
+        hubs: vec![JsonFeedHub { kind: "WebSub".into(), url: doc.hub.into() }],
+        smartfeeds: JsonFeedExtension {
+            total: doc.total,
+            last_cursor: doc.cursors.last().map(Cursor::to_string),
+            links,
+            archive: None,
+        },
+        items: doc.items.iter().zip(doc.cursors).map(|(i, c)| item(i, c)).collect(),
     }
-    if !links.is_empty() {
-        let links: Map<String, Value> = links.iter().map(|(rel, href)| (rel.to_string(), json!(url(href)))).collect();
-        ext.insert("links".into(), Value::Object(links));
-    }
-    let mut o = Map::new();
-    o.insert("version".into(), json!(VERSION));
-    o.insert("title".into(), json!(doc.title));
-    o.insert("home_page_url".into(), json!(home));
-    o.insert("feed_url".into(), json!(url(doc.url)));
-    if let Some(n) = &doc.next {
-        o.insert("next_url".into(), json!(url(n)));
-    }
-    o.insert("hubs".into(), json!([{ "type": "WebSub", "url": doc.hub }]));
-    o.insert("_smartfeeds".into(), Value::Object(ext));
-    o.insert("items".into(), Value::Array(items));
-    Value::Object(o)
 }
 
 /// One item: the Atom entry's fields under JSON Feed's names. An item's `id` is its Atom
 /// id when it has one (what a reader de-duplicates by), else the item id.
-pub fn item(item: &Item, cursor: &Cursor) -> Value {
-    let mut o = Map::new();
-    o.insert("id".into(), json!(item.atom_id.clone().unwrap_or_else(|| item.id.clone())));
-    o.insert("date_published".into(), json!(rfc3339(item.created.t)));
-    o.insert("date_modified".into(), json!(rfc3339(item.modified.t)));
-    let mut ext = Map::new();
-    ext.insert("id".into(), json!(item.id));
-    ext.insert("cursor".into(), json!(cursor.to_string()));
+pub fn item(item: &Item, cursor: &Cursor) -> JsonFeedItem {
+    let mut j = JsonFeedItem {
+        id: item.atom_id.clone().unwrap_or_else(|| item.id.clone()),
+        url: None,
+        title: None,
+        content_html: None,
+        content_text: None,
+        summary: None,
+        date_published: rfc3339(item.created.t),
+        date_modified: rfc3339(item.modified.t),
+        authors: Vec::new(),
+        tags: item.categories.clone(),
+        smartfeeds: JsonFeedItemExtension { id: item.id.clone(), cursor: cursor.to_string(), deleted: None },
+    };
     match &item.payload {
-        Payload::Entry(xml) => match xml.parse::<Element>() {
-            Ok(e) => entry_fields(&e, &mut o),
-            Err(_) => {
-                o.insert("content_text".into(), json!(""));
+        Payload::Entry(xml) => {
+            if let Ok(e) = xml.parse::<Element>() {
+                entry_fields(&e, &mut j);
             }
-        },
-        Payload::Tombstone { .. } => {
-            ext.insert("deleted".into(), json!(true));
-            o.insert("content_text".into(), json!(""));
         }
+        Payload::Tombstone { .. } => j.smartfeeds.deleted = Some(true),
     }
-    if !item.categories.is_empty() {
-        o.insert("tags".into(), json!(item.categories));
+    // JSON Feed: every item has content of one kind or the other.
+    if j.content_html.is_none() && j.content_text.is_none() {
+        j.content_text = Some(String::new());
     }
-    o.insert("_smartfeeds".into(), Value::Object(ext));
-    Value::Object(o)
+    j
 }
 
 /// Title, content (HTML or text, as the entry types it), summary, link, authors.
-fn entry_fields(e: &Element, o: &mut Map<String, Value>) {
+fn entry_fields(e: &Element, j: &mut JsonFeedItem) {
     let child = |name: &str| e.get_child(name, ATOM);
-    if let Some(t) = child("title") {
-        o.insert("title".into(), json!(t.text()));
+    j.title = child("title").map(Element::text);
+    match child("content").map(content) {
+        Some(Content::Html(h)) => j.content_html = Some(h),
+        Some(Content::Text(t)) => j.content_text = Some(t),
+        None => {}
     }
-    match child("content") {
-        Some(c) => {
-            let (key, value) = content(c);
-            o.insert(key.into(), json!(value));
-        }
-        None => {
-            o.insert("content_text".into(), json!(""));
-        }
-    }
-    if let Some(s) = child("summary") {
-        o.insert("summary".into(), json!(s.text()));
-    }
-    let alternate = e
+    j.summary = child("summary").map(Element::text);
+    j.url = e
         .children()
         .filter(|c| c.is("link", ATOM))
         .find(|l| l.attr("rel").is_none_or(|r| r == "alternate"))
-        .and_then(|l| l.attr("href"));
-    if let Some(href) = alternate {
-        o.insert("url".into(), json!(href));
-    }
-    let authors: Vec<Value> = e
+        .and_then(|l| l.attr("href"))
+        .map(str::to_string);
+    j.authors = e
         .children()
         .filter(|c| c.is("author", ATOM))
         .filter_map(|a| a.get_child("name", ATOM))
-        .map(|n| json!({ "name": n.text() }))
+        .map(|n| JsonFeedAuthor { name: n.text() })
         .collect();
-    if !authors.is_empty() {
-        o.insert("authors".into(), Value::Array(authors));
-    }
+}
+
+/// An Atom `<content>` as JSON Feed takes it.
+enum Content {
+    Html(String),
+    Text(String),
 }
 
 /// An Atom `<content>` as JSON Feed's `content_html` or `content_text`: `html` is escaped
 /// HTML (its text is the markup), `xhtml` is a `<div>` whose children are the markup.
-fn content(c: &Element) -> (&'static str, String) {
+fn content(c: &Element) -> Content {
     match c.attr("type") {
-        Some("html") => ("content_html", c.text()),
+        Some("html") => Content::Html(c.text()),
         Some("xhtml") => {
             let div = c.children().next();
             let mut html = String::new();
@@ -135,9 +124,9 @@ fn content(c: &Element) -> (&'static str, String) {
                     }
                 }
             }
-            ("content_html", html)
+            Content::Html(html)
         }
-        _ => ("content_text", c.text()),
+        _ => Content::Text(c.text()),
     }
 }
 
@@ -164,7 +153,7 @@ mod tests {
         let i = entry(&format!(
             r#"<entry xmlns="{ATOM}"><id>urn:x:1</id><title>T</title><content type="html">&lt;p&gt;hi&lt;/p&gt;</content><summary>S</summary><link href="http://e/1"/><author><name>ann</name></author></entry>"#
         ));
-        let j = item(&i, &c);
+        let j = serde_json::to_value(item(&i, &c)).unwrap();
         assert_eq!(j["id"], "urn:x:1");
         assert_eq!(j["title"], "T");
         assert_eq!(j["content_html"], "<p>hi</p>");
@@ -174,17 +163,22 @@ mod tests {
         assert_eq!(j["tags"][0], "rust");
         assert_eq!(j["_smartfeeds"]["cursor"], "1_0_7");
         assert_eq!(j["_smartfeeds"]["id"], "k1");
-        let text = item(&entry(&format!(r#"<entry xmlns="{ATOM}"><content>a &lt; b</content></entry>"#)), &c);
+        let text = serde_json::to_value(item(
+            &entry(&format!(r#"<entry xmlns="{ATOM}"><content>a &lt; b</content></entry>"#)),
+            &c,
+        ))
+        .unwrap();
         assert_eq!(text["content_text"], "a < b");
-        let xhtml = item(
+        let xhtml = serde_json::to_value(item(
             &entry(&format!(
                 r#"<entry xmlns="{ATOM}"><content type="xhtml"><div xmlns="http://www.w3.org/1999/xhtml"><p>x</p></div></content></entry>"#
             )),
             &c,
-        );
+        ))
+        .unwrap();
         assert!(xhtml["content_html"].as_str().unwrap().contains("<p"), "{xhtml}");
         let gone = Item { payload: Payload::Tombstone { atom_ref: "urn:x:1".into(), when: 5 }, ..entry("") };
-        let g = item(&gone, &c);
+        let g = serde_json::to_value(item(&gone, &c)).unwrap();
         assert_eq!(g["_smartfeeds"]["deleted"], true);
         assert_eq!(g["content_text"], "");
     }
@@ -202,7 +196,7 @@ mod tests {
             items: &items,
             cursors: &c,
         };
-        let d = document(&doc, "http://h/", &[]);
+        let d = serde_json::to_value(document(&doc, "http://h/", &[])).unwrap();
         assert_eq!(d["version"], VERSION);
         assert_eq!(d["feed_url"], "http://h/feeds/f/?format=json-feed");
         assert_eq!(d["next_url"], "http://h/feeds/f/?since=cursor%3A1_0_7&max=50&format=json-feed");

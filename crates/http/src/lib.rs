@@ -4,17 +4,19 @@
 //! `Policy::may` (a bearer token acts as its configured JID), and held requests are woken
 //! by the same change stream that feeds XMPP pushes.
 //!
-//! Files: `actor` (who a request is), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
+//! Files: `actor` (who a request is), `answers` (the JSON bodies, typed), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
 //! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
 //! `single_flight` (one read shared by many waiters), `cors` (cross-origin reads of open
 //! feeds), `sse` (event streams), `archive` (RFC 5005 documents), `writes` (PUT, POST,
-//! DELETE), `html_page` (the HTML page), `errors` (the one error type).
+//! DELETE), `html_page` (the page at `BASE/`, a feed reader; `reader` renders it), `errors` (the one error type), `openapi` (the
+//! OpenAPI description, generated from the handlers).
 //!
 //! [`hub`], the WebSub hub, lives beside the face: it uses the face's modules (errors,
 //! queries, formats), never the reverse; the wiring mounts its routes through
 //! [`router`]'s `more`.
 
 pub mod actor;
+pub mod answers;
 pub mod archive;
 pub mod asked;
 pub mod auth;
@@ -25,8 +27,10 @@ pub mod html_page;
 pub mod hub;
 pub mod json_feed;
 pub mod longpoll;
+pub mod openapi;
 pub mod pull;
 pub mod query;
+pub mod reader;
 pub mod resolve;
 pub mod single_flight;
 pub mod sse;
@@ -34,7 +38,7 @@ pub mod writes;
 
 use auth::{Actor, Tokens};
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
-use axum::http::{HeaderValue, Method, header};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -56,6 +60,8 @@ pub struct Settings {
     pub cache_max_age: u64,
     pub archive_page: u64,
     pub archive_max_age: u64,
+    /// The component's JID (`[component] jid`), for the page's XMPP subscription links.
+    pub component_jid: String,
 }
 
 impl Settings {
@@ -100,8 +106,9 @@ pub fn router<S: Store>(state: Arc<HttpState<S>>, more: axum::Router) -> axum::R
     // Longer than the longest long-poll, so only a stuck request is cut off.
     let timeout = Duration::from_secs(state.settings.max_timeout + 30);
     axum::Router::new()
-        .route("/", get(html_page::index))
+        .route("/", get(html_page::index::<S>))
         .route("/health", get(health::<S>))
+        .route("/openapi.json", get(|State(st): St<S>| openapi::openapi_json(st.settings.base.clone())))
         .route("/feeds/", get(pull::list::<S>))
         .route("/feeds", get(pull::list::<S>))
         .route("/feeds/{feed}/", get(pull::feed::<S>).post(writes::post::<S>))
@@ -156,10 +163,12 @@ async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Respo
 }
 
 /// `GET /health`: 200 when the store answers.
+#[utoipa::path(get, path = "/health", tag = "service", summary = "Whether the service and its store answer",
+    responses((status = 200, description = "Ready", body = answers::Health),
+        (status = 503, description = "The store does not answer", body = answers::ErrorJson)))]
 async fn health<S: Store>(State(st): St<S>) -> Response {
-    match st.svc.store().read(|tx| Ok(tx.feeds(None, 1)?.len())).await {
-        Ok(_) => ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], r#"{"status":"ok"}"#)
-            .into_response(),
+    match st.svc.ready().await {
+        Ok(()) => axum::Json(answers::Health { status: "ok".into() }).into_response(),
         Err(e) => ApiError::from_feed(e, &Actor::Anonymous).into_response(),
     }
 }

@@ -2,10 +2,14 @@
 //! it would be empty, or an event stream when `text/event-stream` is accepted; `GET` on an
 //! item URL; `GET BASE/feeds/`, the feeds the requester may read.
 
+use super::answers::{
+    ErrorJson, FeedLink, FeedList, FeedPath, ItemJson, ItemPath, JsonFeed, JsonFeedItem, PageJson, PullParams,
+    ReadErrors,
+};
 use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
-use super::formats::{Doc, Format, entry_atom, item_json, jsonp};
+use super::formats::{Doc, Format, entry_atom, item_json, jsonp, to_json};
 use super::query::FeedQuery;
 use super::resolve::{SEGMENT, common_headers, feed_base, resolve, with_etag};
 use super::{HttpState, St, json_feed, sse};
@@ -32,6 +36,20 @@ fn accept(headers: &HeaderMap) -> &str {
 }
 
 /// `GET BASE/feeds/FEED/?…`.
+#[utoipa::path(get, path = "/feeds/{feed}/", tag = "pull",
+    summary = "A page of a view; held as a long-poll when it would be empty; an event stream for text/event-stream",
+    params(FeedPath, PullParams),
+    responses(
+        (status = 200, description = "The page", content(
+            (PageJson = "application/json"),
+            (JsonFeed = "application/feed+json"),
+            (String = "application/atom+xml"),
+            (String = "text/event-stream"),
+            (String = "application/javascript"),
+        )),
+        ReadErrors,
+    ),
+    security((), ("bearer" = [])))]
 pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Response, ApiError> {
     let Asked { actor, path: feed, query, headers } = asked;
     let q = FeedQuery::parse(query.as_deref(), PULL_PARAMS)?;
@@ -70,8 +88,8 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
         cursors: &page.cursors,
     };
     let body = match format {
-        Format::Json => doc.json().to_string(),
-        Format::JsonFeed => json_feed::document(&doc, &format!("{}/", st.settings.base), &[]).to_string(),
+        Format::Json => to_json(&doc.json()),
+        Format::JsonFeed => to_json(&json_feed::document(&doc, &format!("{}/", st.settings.base), &[])),
         Format::Atom => {
             let mut links = vec![("self", r.url.as_str())];
             if let Some(n) = &doc.next {
@@ -132,6 +150,18 @@ async fn long_poll<S: Store>(
 }
 
 /// `GET BASE/feeds/FEED/items/ID`: one item, JSON or an Atom entry.
+#[utoipa::path(get, path = "/feeds/{feed}/items/{id}", tag = "pull", summary = "One item",
+    params(ItemPath, ("callback" = Option<String>, Query, description = "JSON-P: wrap the answer in this function call")),
+    responses(
+        (status = 200, description = "The item", content(
+            (ItemJson = "application/json"),
+            (JsonFeedItem = "application/feed+json"),
+            (String = "application/atom+xml"),
+            (String = "application/javascript"),
+        )),
+        ReadErrors,
+    ),
+    security((), ("bearer" = [])))]
 pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {
     let Asked { actor, path: (feed, id), query, headers } = asked;
     let q = FeedQuery::parse(query.as_deref(), &["callback"])?;
@@ -143,9 +173,9 @@ pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) ->
     };
     let format = Format::from_accept(accept(&headers), Format::Json);
     let body = match format {
-        Format::Json => item_json(item, cursor).to_string(),
+        Format::Json => to_json(&item_json(item, cursor)),
         // A single JSON Feed item (the document format has no one-item form).
-        Format::JsonFeed => json_feed::item(item, cursor).to_string(),
+        Format::JsonFeed => to_json(&json_feed::item(item, cursor)),
         Format::Atom => {
             let e = entry_atom(item, cursor);
             // Standing alone, the entry declares the prefixes it uses.
@@ -172,14 +202,17 @@ pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) ->
 
 /// `GET BASE/feeds/`: `{"feeds": [{"name", "title", "url"}]}` for the feeds the requester
 /// may read.
+#[utoipa::path(get, path = "/feeds/", tag = "pull", summary = "The feeds the requester may read",
+    responses((status = 200, description = "The feeds", body = FeedList), (status = 401, description = "An unknown bearer token", body = ErrorJson)),
+    security((), ("bearer" = [])))]
 pub async fn list<S: Store>(st: St<S>, Extension(actor): Extension<Actor>) -> Result<Response, ApiError> {
     let st = st.0;
     let feeds = st.svc.feeds(actor.as_str(), None, 10_000).await.map_err(|e| ApiError::from_feed(e, &actor))?;
-    let feeds: Vec<serde_json::Value> = feeds
+    let feeds = feeds
         .into_iter()
-        .map(|f| serde_json::json!({"name": f.name, "title": f.title, "url": feed_base(&st.settings.base, &f.name)}))
+        .map(|f| FeedLink { url: feed_base(&st.settings.base, &f.name), name: f.name, title: f.title })
         .collect();
-    let mut res = axum::Json(serde_json::json!({ "feeds": feeds })).into_response();
+    let mut res = axum::Json(FeedList { feeds }).into_response();
     res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Ok(res)
 }

@@ -7,7 +7,7 @@
 use super::HttpState;
 use super::auth::Actor;
 use super::errors::ApiError;
-use super::formats::item_json;
+use super::formats::{item_json, to_json};
 use super::longpoll::Held;
 use super::query::FeedQuery;
 use super::resolve::{Resolved, common_headers};
@@ -103,7 +103,7 @@ async fn step<S: Store>(mut s: Streaming<S>) -> Option<(Vec<Result<Event, Infall
                 .zip(&page.cursors)
                 .map(|(item, c)| {
                     let kind = if item.is_deleted() { "retract" } else { "item" };
-                    Ok(Event::default().id(format!("cursor:{c}")).event(kind).data(item_json(item, c).to_string()))
+                    Ok(Event::default().id(format!("cursor:{c}")).event(kind).data(to_json(&item_json(item, c))))
                 })
                 .collect();
             return Some((events, s));

@@ -3,6 +3,7 @@
 //! retracts (204). A publisher's or admin's token is needed; the answer comes only after the
 //! change is durable, and the change reaches XMPP subscribers and held HTTP requests alike.
 
+use super::answers::{FeedPath, ItemPath, Published, WriteErrors};
 use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
@@ -77,7 +78,7 @@ async fn publish<S: Store>(
     id: Option<String>,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(String, serde_json::Value), ApiError> {
+) -> Result<Published, ApiError> {
     if actor.is_anonymous() {
         return Err(ApiError::unauthorized("publishing needs a publisher's bearer token"));
     }
@@ -92,22 +93,32 @@ async fn publish<S: Store>(
     let req = PullRequest { node: format!("{feed}?order=modified"), ids: vec![item.id.clone()], ..Default::default() };
     let page = st.svc.pull(actor.as_str(), req).await.map_err(err)?;
     let cursor = page.cursors.first().map(|c| c.to_string());
-    Ok((item.id.clone(), serde_json::json!({ "id": item.id, "cursor": cursor })))
+    Ok(Published { id: item.id, cursor })
 }
 
 /// `PUT BASE/feeds/FEED/items/ID`.
+#[utoipa::path(put, path = "/feeds/{feed}/items/{id}", tag = "publish", summary = "Publish or update the item with this id",
+    params(ItemPath),
+    request_body(content = String, content_type = "application/atom+xml", description = "One Atom entry"),
+    responses((status = 200, description = "Published", body = Published), WriteErrors),
+    security(("bearer" = [])))]
 pub async fn put<S: Store>(State(st): St<S>, asked: Asked<(String, String)>, body: Body) -> Result<Response, ApiError> {
     let Asked { actor, path: (feed, id), headers, .. } = asked;
-    let (_, doc) = publish(&st, &actor, &feed, Some(id), &headers, body).await?;
+    let doc = publish(&st, &actor, &feed, Some(id), &headers, body).await?;
     Ok(axum::Json(doc).into_response())
 }
 
 /// `POST BASE/feeds/FEED/`: a new item with a generated id.
+#[utoipa::path(post, path = "/feeds/{feed}/", tag = "publish", summary = "Publish a new item with a generated id",
+    params(FeedPath),
+    request_body(content = String, content_type = "application/atom+xml", description = "One Atom entry"),
+    responses((status = 201, description = "Published; Location names the item", body = Published), WriteErrors),
+    security(("bearer" = [])))]
 pub async fn post<S: Store>(State(st): St<S>, asked: Asked<String>, body: Body) -> Result<Response, ApiError> {
     let Asked { actor, path: feed, headers, .. } = asked;
-    let (id, doc) = publish(&st, &actor, &feed, None, &headers, body).await?;
+    let doc = publish(&st, &actor, &feed, None, &headers, body).await?;
     let location =
-        format!("{}items/{}", feed_base(&st.settings.base, &feed), utf8_percent_encode(&id, NON_ALPHANUMERIC));
+        format!("{}items/{}", feed_base(&st.settings.base, &feed), utf8_percent_encode(&doc.id, NON_ALPHANUMERIC));
     let mut res = (StatusCode::CREATED, axum::Json(doc)).into_response();
     if let Ok(v) = HeaderValue::from_str(&location) {
         res.headers_mut().insert(header::LOCATION, v);
@@ -116,6 +127,10 @@ pub async fn post<S: Store>(State(st): St<S>, asked: Asked<String>, body: Body) 
 }
 
 /// `DELETE BASE/feeds/FEED/items/ID`: a tombstone, 204.
+#[utoipa::path(delete, path = "/feeds/{feed}/items/{id}", tag = "publish", summary = "Retract an item: it becomes a tombstone",
+    params(ItemPath),
+    responses((status = 204, description = "Retracted"), WriteErrors),
+    security(("bearer" = [])))]
 pub async fn delete<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {
     let Asked { actor, path: (feed, id), .. } = asked;
     if actor.is_anonymous() {

@@ -79,6 +79,11 @@ impl<S: Store> Service<S> {
         self.admission.admit(sender, Instant::now())
     }
 
+    /// Whether the store answers a read.
+    pub async fn ready(&self) -> Result<(), FeedError> {
+        self.store.read(|tx| Ok(tx.feeds(None, 1).map(|_| ())?)).await
+    }
+
     /// Creates the configured feeds that the store does not have yet.
     pub async fn init(&self) -> Result<(), FeedError> {
         let names: Vec<String> = self.policy.feeds.keys().cloned().collect();

@@ -94,6 +94,18 @@ fn lease(asked: Option<&str>, default: u64, min: u64, max: u64) -> Result<u64, A
 }
 
 /// `POST BASE/hub`: 202 and a verification on its way, or why not.
+#[utoipa::path(post, path = "/hub", tag = "websub",
+    summary = "Subscribe a callback to a view (or unsubscribe it); the intent is verified with a GET to the callback",
+    request_body(content = String, content_type = "application/x-www-form-urlencoded",
+        description = "hub.mode (subscribe, unsubscribe), hub.topic (a feed URL of this service with its view parameters), \
+            hub.callback, hub.lease_seconds, hub.secret"),
+    responses((status = 202, description = "Accepted: the verification of intent follows"),
+        (status = 400, description = "A missing or bad field, named in the text", body = crate::answers::ErrorJson),
+        (status = 401, description = "An unknown bearer token", body = crate::answers::ErrorJson),
+        (status = 403, description = "Not allowed to read the topic's feed", body = crate::answers::ErrorJson),
+        (status = 404, description = "No such feed", body = crate::answers::ErrorJson),
+        (status = 415, description = "Not a form", body = crate::answers::ErrorJson)),
+    security((), ("bearer" = [])))]
 pub async fn post<S: Store>(
     State(hub): State<Arc<Hub<S>>>,
     Extension(actor): Extension<Actor>,
