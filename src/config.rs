@@ -446,6 +446,7 @@ impl Config {
             cache_max_age: c.cache_max_age,
             archive_page: c.archive_page,
             archive_max_age: c.archive_max_age,
+            component_jid: self.component.jid.clone(),
         }
     }
 
