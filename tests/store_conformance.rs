@@ -11,7 +11,7 @@
 //! are made on what comes back, outside the closures.
 
 use feed::outbox::{HubSubscription, OutboxStats};
-use feed::ports::{ChangeSink, FeedRow, ReadTx, Scope, Subscription, WriteTx};
+use feed::ports::{ChangeSink, FeedRow, Range, ReadTx, Scope, Subscription, WriteTx};
 use feed::{Change, Entry, FeedError, Filter, Item, Key, NodeName, Order, OrderBy, Payload, Store};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
@@ -119,7 +119,8 @@ impl<S: Store> Subject<S> {
     /// The ids of a scan, concatenated (the suite's ids are one letter each).
     async fn scan(&self, at: &Owned, after: Option<Key>, before: Option<Key>, desc: bool, limit: usize) -> String {
         let at = at.clone();
-        let items = self.read_ok(move |tx| Ok(tx.scan(at.scope(), after, before, desc, limit)?)).await;
+        let items =
+            self.read_ok(move |tx| Ok(tx.scan(at.scope(), Range { after, before, descending: desc, limit })?)).await;
         items.iter().map(|i| i.id.as_str()).collect()
     }
 
@@ -159,8 +160,10 @@ impl<S: Store> Subject<S> {
         self.read_ok(move |tx| {
             let row = tx.feed(&feed)?.expect("the feed exists");
             let all = Filter::default();
-            let items =
-                tx.scan(Scope { feed: row.id, by: OrderBy::Modified, filter: &all }, None, None, false, 1000)?;
+            let items = tx.scan(
+                Scope { feed: row.id, by: OrderBy::Modified, filter: &all },
+                Range { limit: 1000, ..Range::default() },
+            )?;
             let mut subs = Vec::new();
             for view in tx.subscribed_views(row.id)? {
                 subs.extend(tx.subscribers(row.id, &view)?);
@@ -729,7 +732,7 @@ fn check_feed(tx: &dyn ReadTx, row: &FeedRow, model: &[Item]) -> Result<(), Test
                             exp.reverse();
                         }
                         exp.truncate(limit);
-                        let got = tx.scan(s, after, before, desc, limit)?;
+                        let got = tx.scan(s, Range { after, before, descending: desc, limit })?;
                         prop_assert_eq!(got, exp, "scan {:?}..{:?} desc={} {}", after, before, desc, ctx);
                     }
                 }

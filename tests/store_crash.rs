@@ -9,7 +9,7 @@
 //! number of acknowledgements or milliseconds, reopens the file and checks. Several rounds
 //! run on the same file, so each round also recovers from the previous crash.
 
-use feed::ports::Scope;
+use feed::ports::{Range, Scope};
 use feed::{Entry, Filter, Key, Order, OrderBy, Store, WriteTx};
 use rand::Rng;
 use store_sqlite::SqliteStore;
@@ -151,8 +151,8 @@ fn verify(db: &Path, acked: &Acked) {
                 let all = Filter::default();
                 let by_c = Scope { feed: feed.id, by: OrderBy::Created, filter: &all };
                 let by_m = Scope { feed: feed.id, by: OrderBy::Modified, filter: &all };
-                let created = tx.scan(by_c, None, None, false, usize::MAX)?;
-                let modified = tx.scan(by_m, None, None, false, usize::MAX)?;
+                let created = tx.scan(by_c, Range { limit: usize::MAX, ..Range::default() })?;
+                let modified = tx.scan(by_m, Range { limit: usize::MAX, ..Range::default() })?;
                 assert_eq!(tx.count(by_c)?, created.len() as u64);
                 assert_eq!(tx.count(by_m)?, modified.len() as u64);
                 // Rank and position agree with the scans in both orders (a sample, plus the ends).

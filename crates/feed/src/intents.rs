@@ -11,7 +11,7 @@ use super::item::{Entry, Item, Key, Payload};
 use super::node::{NodeName, Order, View};
 use super::outbox::OutboxEntry;
 use super::paging::{cursor_of, scope};
-use super::ports::{FeedRow, ReadTx, WriteTx};
+use super::ports::{FeedRow, Range, ReadTx, WriteTx};
 
 impl dyn WriteTx + '_ {
     /// Appends the item `id` to `feed`, or updates it if it exists; emits the change to
@@ -140,7 +140,7 @@ fn next_modified(feed: &mut FeedRow, old: Option<&Item>, now: i64) -> Key {
 /// The cursor of the item with the greatest key in a view, if any.
 fn newest_cursor(tx: &dyn ReadTx, feed: &FeedRow, view: &View) -> Result<Option<Cursor>, FeedError> {
     let s = scope(feed, view);
-    match tx.scan(s, None, None, true, 1)?.first() {
+    match tx.scan(s, Range { descending: true, limit: 1, ..Range::default() })?.first() {
         Some(i) => Ok(Some(cursor_of(tx, s, i.key(view.order.by))?)),
         None => Ok(None),
     }

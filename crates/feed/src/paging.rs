@@ -9,7 +9,7 @@ use super::cursor::Cursor;
 use super::error::FeedError;
 use super::item::{Item, Key};
 use super::node::View;
-use super::ports::{FeedRow, ReadTx, Scope};
+use super::ports::{FeedRow, Range, ReadTx, Scope};
 use super::position::Position;
 
 /// How many same-time items a cursor checksum may cover. A cursor claiming more is treated
@@ -151,7 +151,8 @@ pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> 
     {
         return Ok(out);
     }
-    let mut items = tx.scan(scope, lo_key, hi_key, scan_descending, req.max)?;
+    let mut items =
+        tx.scan(scope, Range { after: lo_key, before: hi_key, descending: scan_descending, limit: req.max })?;
     if backwards {
         items.reverse();
     }
@@ -166,7 +167,7 @@ pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> 
 pub fn most_recent(tx: &dyn ReadTx, feed: &FeedRow, view: &View, n: usize) -> Result<Page, FeedError> {
     let scope = scope(feed, view);
     let mut out = Page { count: tx.count(scope)?, ..Page::default() };
-    let mut items = tx.scan(scope, None, None, true, n)?;
+    let mut items = tx.scan(scope, Range { descending: true, limit: n, ..Range::default() })?;
     if !view.order.descending {
         items.reverse();
     }

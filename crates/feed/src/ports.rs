@@ -73,22 +73,24 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Which items of a scope a scan reads: those with `after < key < before`, at most `limit`,
+/// ascending from `after` when `descending` is false, else descending from `before`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Range {
+    pub after: Option<Key>,
+    pub before: Option<Key>,
+    pub descending: bool,
+    pub limit: usize,
+}
+
 /// Reads against one consistent snapshot.
 pub trait ReadTx {
     fn feed(&self, name: &str) -> StoreResult<Option<FeedRow>>;
     /// Feeds by name, strictly after `after`, at most `limit`.
     fn feeds(&self, after: Option<&str>, limit: usize) -> StoreResult<Vec<FeedRow>>;
     fn item(&self, feed: i64, id: &str) -> StoreResult<Option<Item>>;
-    /// Items of the scope with `after < key < before`, at most `limit`: ascending from
-    /// `after` when `descending` is false, else descending from `before`.
-    fn scan(
-        &self,
-        scope: Scope<'_>,
-        after: Option<Key>,
-        before: Option<Key>,
-        descending: bool,
-        limit: usize,
-    ) -> StoreResult<Vec<Item>>;
+    /// Items of the scope within `range`.
+    fn scan(&self, scope: Scope<'_>, range: Range) -> StoreResult<Vec<Item>>;
     /// How many items the scope holds.
     fn count(&self, scope: Scope<'_>) -> StoreResult<u64>;
     /// How many items of the scope have a key below `key`.

@@ -4,7 +4,7 @@
 //! `tests/store_conformance.rs`.
 
 use super::*;
-use feed::ports::Scope;
+use feed::ports::{Range, Scope};
 use feed::{Entry, Filter, Key, Order, OrderBy};
 use testkit::postgres_server::TempServer;
 use tokio::sync::{mpsc, watch};
@@ -141,7 +141,10 @@ fn instances_publishing_to_one_feed_take_turns_under_its_lock() {
                 let all = Filter::default();
                 Ok((
                     f.clone(),
-                    tx.scan(Scope { feed: f.id, by: OrderBy::Modified, filter: &all }, None, None, false, 100)?,
+                    tx.scan(
+                        Scope { feed: f.id, by: OrderBy::Modified, filter: &all },
+                        Range { limit: 100, ..Range::default() },
+                    )?,
                 ))
             })
             .await

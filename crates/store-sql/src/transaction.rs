@@ -16,7 +16,7 @@ use crate::reads::{
 };
 use feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
 use feed::policy::bare;
-use feed::ports::{FeedRow, ReadTx, Scope, StoreError, StoreResult, Subscription, WriteTx};
+use feed::ports::{FeedRow, Range, ReadTx, Scope, StoreError, StoreResult, Subscription, WriteTx};
 use feed::{Change, Item, Key, OrderBy};
 
 /// A transaction's view of a connection that is already inside one.
@@ -130,14 +130,8 @@ impl<D: Driver> ReadTx for SqlTx<D> {
         Ok(self.rows(&sql, &[Arg::Int(feed), Arg::Text(id)], |r| r.item())?.into_iter().next())
     }
 
-    fn scan(
-        &self,
-        scope: Scope<'_>,
-        after: Option<Key>,
-        before: Option<Key>,
-        descending: bool,
-        limit: usize,
-    ) -> StoreResult<Vec<Item>> {
+    fn scan(&self, scope: Scope<'_>, range: Range) -> StoreResult<Vec<Item>> {
+        let Range { after, before, descending, limit } = range;
         if limit == 0 {
             return Ok(Vec::new());
         }

@@ -4,7 +4,7 @@
 //! all of them, in `tests/store_conformance.rs`.
 
 use super::*;
-use feed::ports::Scope;
+use feed::ports::{Range, Scope};
 use feed::{Change, Entry, Filter, Item, Order, OrderBy};
 use std::sync::Mutex as StdMutex;
 use std::time::Duration;
@@ -141,13 +141,8 @@ async fn a_failing_closure_spares_its_batch() {
     let items = store
         .read(|tx| {
             let f = tx.feed("f")?.expect("feed");
-            Ok(tx.scan(
-                Scope { feed: f.id, by: OrderBy::Created, filter: &Filter::default() },
-                None,
-                None,
-                false,
-                100,
-            )?)
+            let scope = Scope { feed: f.id, by: OrderBy::Created, filter: &Filter::default() };
+            Ok(tx.scan(scope, Range { limit: 100, ..Range::default() })?)
         })
         .await
         .unwrap();

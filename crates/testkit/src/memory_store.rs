@@ -7,7 +7,7 @@
 //! and the change sink is called under it, so changes arrive in commit order.
 
 use feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
-use feed::ports::{ChangeSink, FeedRow, ReadTx, Scope, Store, StoreError, StoreResult, Subscription, WriteTx};
+use feed::ports::{ChangeSink, FeedRow, Range, ReadTx, Scope, Store, StoreError, StoreResult, Subscription, WriteTx};
 use feed::{Change, FeedError, Item, Key};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -125,14 +125,8 @@ impl ReadTx for Tx<'_> {
         Ok(self.state.items.get(&feed).and_then(|items| items.get(id)).cloned())
     }
 
-    fn scan(
-        &self,
-        scope: Scope<'_>,
-        after: Option<Key>,
-        before: Option<Key>,
-        descending: bool,
-        limit: usize,
-    ) -> StoreResult<Vec<Item>> {
+    fn scan(&self, scope: Scope<'_>, range: Range) -> StoreResult<Vec<Item>> {
+        let Range { after, before, descending, limit } = range;
         let inside = |k: &Key| after.is_none_or(|a| *k > a) && before.is_none_or(|b| *k < b);
         let mut items: Vec<Item> =
             self.scope(scope).into_iter().filter(|(k, _)| inside(k)).map(|(_, i)| i.clone()).collect();
