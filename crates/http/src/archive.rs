@@ -20,7 +20,7 @@ use feed::service::PullRequest;
 use std::sync::Arc;
 
 /// `GET BASE/feeds/FEED/archive/`.
-#[utoipa::path(get, path = "/feeds/{feed}/archive/", tag = "archives",
+#[utoipa::path(get, path = "/feeds/{feed}/archive/", operation_id = "archive_current", tag = "archives",
     summary = "The newest archive document (RFC 5005): its items oldest first, links to the archived ones",
     params(FeedPath, ArchiveParams),
     responses(
@@ -34,7 +34,7 @@ pub async fn recent<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<
 }
 
 /// `GET BASE/feeds/FEED/archive/K`.
-#[utoipa::path(get, path = "/feeds/{feed}/archive/{k}", tag = "archives",
+#[utoipa::path(get, path = "/feeds/{feed}/archive/{k}", operation_id = "archive_numbered", tag = "archives",
     summary = "Archive document K (from 1, oldest); an archived one never changes",
     params(FeedPath, ("k" = u64, Path, description = "The document's number, from 1"), ArchiveParams),
     responses(

@@ -163,7 +163,7 @@ async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Respo
 }
 
 /// `GET /health`: 200 when the store answers.
-#[utoipa::path(get, path = "/health", tag = "service", summary = "Whether the service and its store answer",
+#[utoipa::path(get, path = "/health", operation_id = "health", tag = "service", summary = "Whether the service and its store answer",
     responses((status = 200, description = "Ready", body = answers::Health),
         (status = 503, description = "The store does not answer", body = answers::ErrorJson)))]
 async fn health<S: Store>(State(st): St<S>) -> Response {

@@ -71,7 +71,7 @@ pub fn document(base: &str) -> utoipa::openapi::OpenApi {
 }
 
 /// `GET BASE/openapi.json`.
-#[utoipa::path(get, path = "/openapi.json", tag = "service", summary = "This description (OpenAPI 3.1)",
+#[utoipa::path(get, path = "/openapi.json", operation_id = "openapi", tag = "service", summary = "This description (OpenAPI 3.1)",
     responses((status = 200, description = "The description", content_type = "application/json")))]
 pub async fn openapi_json(base: String) -> Response {
     let body = document(&base).to_json().unwrap_or_default();

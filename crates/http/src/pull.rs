@@ -36,7 +36,7 @@ fn accept(headers: &HeaderMap) -> &str {
 }
 
 /// `GET BASE/feeds/FEED/?…`.
-#[utoipa::path(get, path = "/feeds/{feed}/", tag = "pull",
+#[utoipa::path(get, path = "/feeds/{feed}/", operation_id = "pull", tag = "pull",
     summary = "A page of a view; held as a long-poll when it would be empty; an event stream for text/event-stream",
     params(FeedPath, PullParams),
     responses(
@@ -150,7 +150,7 @@ async fn long_poll<S: Store>(
 }
 
 /// `GET BASE/feeds/FEED/items/ID`: one item, JSON or an Atom entry.
-#[utoipa::path(get, path = "/feeds/{feed}/items/{id}", tag = "pull", summary = "One item",
+#[utoipa::path(get, path = "/feeds/{feed}/items/{id}", operation_id = "pull_item", tag = "pull", summary = "One item",
     params(ItemPath, ("callback" = Option<String>, Query, description = "JSON-P: wrap the answer in this function call")),
     responses(
         (status = 200, description = "The item", content(
@@ -202,7 +202,7 @@ pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) ->
 
 /// `GET BASE/feeds/`: `{"feeds": [{"name", "title", "url"}]}` for the feeds the requester
 /// may read.
-#[utoipa::path(get, path = "/feeds/", tag = "pull", summary = "The feeds the requester may read",
+#[utoipa::path(get, path = "/feeds/", operation_id = "list_feeds", tag = "pull", summary = "The feeds the requester may read",
     responses((status = 200, description = "The feeds", body = FeedList), (status = 401, description = "An unknown bearer token", body = ErrorJson)),
     security((), ("bearer" = [])))]
 pub async fn list<S: Store>(st: St<S>, Extension(actor): Extension<Actor>) -> Result<Response, ApiError> {

@@ -97,7 +97,7 @@ async fn publish<S: Store>(
 }
 
 /// `PUT BASE/feeds/FEED/items/ID`.
-#[utoipa::path(put, path = "/feeds/{feed}/items/{id}", tag = "publish", summary = "Publish or update the item with this id",
+#[utoipa::path(put, path = "/feeds/{feed}/items/{id}", operation_id = "put_item", tag = "publish", summary = "Publish or update the item with this id",
     params(ItemPath),
     request_body(content = String, content_type = "application/atom+xml", description = "One Atom entry"),
     responses((status = 200, description = "Published", body = Published), WriteErrors),
@@ -109,7 +109,7 @@ pub async fn put<S: Store>(State(st): St<S>, asked: Asked<(String, String)>, bod
 }
 
 /// `POST BASE/feeds/FEED/`: a new item with a generated id.
-#[utoipa::path(post, path = "/feeds/{feed}/", tag = "publish", summary = "Publish a new item with a generated id",
+#[utoipa::path(post, path = "/feeds/{feed}/", operation_id = "post_item", tag = "publish", summary = "Publish a new item with a generated id",
     params(FeedPath),
     request_body(content = String, content_type = "application/atom+xml", description = "One Atom entry"),
     responses((status = 201, description = "Published; Location names the item", body = Published), WriteErrors),
@@ -127,7 +127,7 @@ pub async fn post<S: Store>(State(st): St<S>, asked: Asked<String>, body: Body) 
 }
 
 /// `DELETE BASE/feeds/FEED/items/ID`: a tombstone, 204.
-#[utoipa::path(delete, path = "/feeds/{feed}/items/{id}", tag = "publish", summary = "Retract an item: it becomes a tombstone",
+#[utoipa::path(delete, path = "/feeds/{feed}/items/{id}", operation_id = "retract_item", tag = "publish", summary = "Retract an item: it becomes a tombstone",
     params(ItemPath),
     responses((status = 204, description = "Retracted"), WriteErrors),
     security(("bearer" = [])))]

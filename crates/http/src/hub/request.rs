@@ -94,7 +94,7 @@ fn lease(asked: Option<&str>, default: u64, min: u64, max: u64) -> Result<u64, A
 }
 
 /// `POST BASE/hub`: 202 and a verification on its way, or why not.
-#[utoipa::path(post, path = "/hub", tag = "websub",
+#[utoipa::path(post, path = "/hub", operation_id = "hub_request", tag = "websub",
     summary = "Subscribe a callback to a view (or unsubscribe it); the intent is verified with a GET to the callback",
     request_body(content = String, content_type = "application/x-www-form-urlencoded",
         description = "hub.mode (subscribe, unsubscribe), hub.topic (a feed URL of this service with its view parameters), \
