@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: a private Prosody on 127.0.0.1 plus smartfeeds serving feeds.localhost, with a
-# demo feed ("comments") of a few entries. Installs Prosody if it is missing and builds
-# smartfeeds. Everything lives under ./run; nothing listens beyond 127.0.0.1.
+# demo feed ("comments") holding the entries of demo/comments.atom. Installs Prosody (and
+# curl) if missing and builds smartfeeds. Everything lives under ./run; nothing listens
+# beyond 127.0.0.1.
 #
 #   scripts/demo.sh          start (prints how to connect)
 #   scripts/demo.sh --stop   stop both
@@ -23,17 +24,20 @@ if [ "${1:-}" = "--stop" ]; then
 	exit 0
 fi
 
-if ! command -v prosody >/dev/null 2>&1; then
-	echo "installing prosody (Debian package)..."
+missing=()
+command -v prosody >/dev/null 2>&1 || missing+=(prosody)
+command -v curl >/dev/null 2>&1 || missing+=(curl) # publishes the demo entries
+if [ "${#missing[@]}" -gt 0 ]; then
+	echo "installing ${missing[*]} (Debian packages)..."
 	if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
 	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prosody >/dev/null
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 if ! command -v cargo >/dev/null 2>&1; then
 	echo "cargo is needed to build smartfeeds (https://rustup.rs)" >&2
 	exit 1
 fi
-cargo build --release --quiet --bin smartfeeds --bin smartfeeds-load
+cargo build --release --quiet --bin smartfeeds
 
 stop >/dev/null 2>&1 || true
 PROSODY_RUN_DIR="$run/prosody" sh prosody/start.sh --background
@@ -54,13 +58,17 @@ if ! grep -q "connected" "$run/smartfeeds.log"; then
 	exit 1
 fi
 
-# The demo feed: a few entries published through the server, as a publisher would.
-target/release/smartfeeds-load publish --server 127.0.0.1:5347 --component bench.localhost --secret secret \
-	--service feeds.localhost --node comments --items 25 --in-flight 4 --prefix demo- >"$run/seed.json" 2>&1 || {
-	echo "seeding the demo feed failed:" >&2
-	cat "$run/seed.json" >&2
-	exit 1
-}
+# The demo feed: the entries of demo/comments.atom (one a line), published over HTTP as a
+# publisher would, each under the last part of its Atom id.
+grep '^<entry' demo/comments.atom | while IFS= read -r entry; do
+	id=$(printf '%s' "$entry" | sed -n 's|.*<id>urn:smartfeeds:demo:\([^<]*\)</id>.*|\1|p')
+	curl -fsS -o /dev/null -X PUT -H 'Authorization: Bearer demo-bot-token-0123456789' \
+		-H 'Content-Type: application/atom+xml' --data-binary "$entry" \
+		"http://127.0.0.1:8080/feeds/comments/items/$id" || {
+		echo "publishing the demo entry $id failed; smartfeeds' log: $run/smartfeeds.log" >&2
+		exit 1
+	}
+done
 
 cat <<EOT
 
@@ -69,7 +77,8 @@ smartfeeds is running: the component feeds.localhost, connected to a private Pro
   Connect an XMPP client to 127.0.0.1:5222 (no TLS; plain password login allowed) as
   alice@localhost, bob@localhost, bot@localhost (a publisher) or admin@localhost,
   password "password". Then, to feeds.localhost:
-    - disco#items lists the feeds; the demo feed is "comments" (25 entries);
+    - disco#items lists the feeds; the demo feed is "comments" (the 12 entries of
+      demo/comments.atom);
     - pull:       <items node="comments?order=modified"/> with an RSM <set><max>10</max></set>
     - subscribe:  <subscribe node="comments?order=modified" jid="alice@localhost"/>
     - publish as bot@localhost to node "comments" and watch the push arrive.
