@@ -166,19 +166,21 @@ pub struct JsonFeedItemExtension {
     pub deleted: Option<bool>,
 }
 
-/// What a read of a view may answer besides its content.
+/// The client's copy (`If-None-Match`) is current.
 #[derive(IntoResponses)]
-pub enum ReadErrors {
-    /// The client's copy (`If-None-Match`) is current.
-    #[response(status = 304)]
-    NotModified,
-    /// A malformed parameter, named in the text.
+#[response(status = 304)]
+pub struct NotModified;
+
+/// Why a request about a feed is not served.
+#[derive(IntoResponses)]
+pub enum Refusals {
+    /// A malformed parameter or entry, or a view where the feed is meant, named in the text.
     #[response(status = 400)]
     BadRequest(ErrorJson),
-    /// An unknown bearer token.
+    /// An unknown bearer token, or none where a publisher's is needed.
     #[response(status = 401)]
     NotAuthorized(ErrorJson),
-    /// Not allowed to read this feed.
+    /// Not allowed to read, or to publish to, this feed.
     #[response(status = 403)]
     Forbidden(ErrorJson),
     /// No such feed, view or item.
@@ -189,21 +191,9 @@ pub enum ReadErrors {
     TooMany(ErrorJson),
 }
 
-/// What a publish may answer besides its success.
+/// Why a published entry is refused before it is read.
 #[derive(IntoResponses)]
-pub enum WriteErrors {
-    /// Not one Atom entry, a malformed one, or a view instead of the feed.
-    #[response(status = 400)]
-    BadRequest(ErrorJson),
-    /// No or an unknown bearer token.
-    #[response(status = 401)]
-    NotAuthorized(ErrorJson),
-    /// Not a publisher of this feed.
-    #[response(status = 403)]
-    Forbidden(ErrorJson),
-    /// No such feed or item.
-    #[response(status = 404)]
-    NotFound(ErrorJson),
+pub enum EntryRefusals {
     /// The entry is over the size limit.
     #[response(status = 413)]
     TooLarge(ErrorJson),

@@ -3,7 +3,7 @@
 //! holds items `(K-1)·P+1 … K·P`, newest first. Every document is one keyset read at a known
 //! creation index, so the oldest document of a huge feed costs what the newest does.
 
-use super::answers::{ArchiveParams, FeedPath, JsonFeed, ReadErrors};
+use super::answers::{ArchiveParams, FeedPath, JsonFeed, NotModified, Refusals};
 use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
@@ -25,7 +25,7 @@ use std::sync::Arc;
     params(FeedPath, ArchiveParams),
     responses(
         (status = 200, description = "The document", content((String = "application/atom+xml"), (JsonFeed = "application/feed+json"))),
-        ReadErrors,
+        NotModified, Refusals,
     ),
     security((), ("bearer" = [])))]
 pub async fn recent<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Response, ApiError> {
@@ -39,7 +39,7 @@ pub async fn recent<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<
     params(FeedPath, ("k" = u64, Path, description = "The document's number, from 1"), ArchiveParams),
     responses(
         (status = 200, description = "The document", content((String = "application/atom+xml"), (JsonFeed = "application/feed+json"))),
-        ReadErrors,
+        NotModified, Refusals,
     ),
     security((), ("bearer" = [])))]
 pub async fn numbered<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {

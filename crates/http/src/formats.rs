@@ -209,18 +209,9 @@ pub fn none_match(header: &str, etag: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use feed::Key;
 
     fn item(payload: Payload) -> Item {
-        Item {
-            id: "a&b".into(),
-            created: Key { t: 1_700_000_000_000, seq: 1 },
-            modified: Key { t: 1_700_000_000_500, seq: 2 },
-            author: None,
-            categories: vec![],
-            atom_id: None,
-            payload,
-        }
+        crate::test_item("a&b", payload)
     }
 
     #[test]

@@ -133,18 +133,10 @@ fn content(c: &Element) -> Content {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use feed::Key;
 
     fn entry(xml: &str) -> Item {
-        Item {
-            id: "k1".into(),
-            created: Key { t: 1_700_000_000_000, seq: 1 },
-            modified: Key { t: 1_700_000_000_500, seq: 2 },
-            author: None,
-            categories: vec!["rust".into()],
-            atom_id: Some("urn:x:1".into()),
-            payload: Payload::Entry(xml.into()),
-        }
+        let item = crate::test_item("k1", Payload::Entry(xml.into()));
+        Item { categories: vec!["rust".into()], atom_id: Some("urn:x:1".into()), ..item }
     }
 
     #[test]

@@ -195,3 +195,11 @@ pub fn raise_open_files() -> Option<u64> {
         }
     }
 }
+
+/// An item for the formats' unit tests: `payload` under `id`, published and last changed at
+/// one fixed time.
+#[cfg(test)]
+pub(crate) fn test_item(id: &str, payload: feed::Payload) -> feed::Item {
+    let at = feed::Key { t: 1_700_000_000_000, seq: 1 };
+    feed::Item { id: id.into(), created: at, modified: at, author: None, categories: vec![], atom_id: None, payload }
+}

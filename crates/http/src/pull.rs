@@ -3,8 +3,8 @@
 //! item URL; `GET BASE/feeds/`, the feeds the requester may read.
 
 use super::answers::{
-    ErrorJson, FeedLink, FeedList, FeedPath, ItemJson, ItemPath, JsonFeed, JsonFeedItem, PageJson, PullParams,
-    ReadErrors,
+    ErrorJson, FeedLink, FeedList, FeedPath, ItemJson, ItemPath, JsonFeed, JsonFeedItem, NotModified, PageJson,
+    PullParams, Refusals,
 };
 use super::asked::Asked;
 use super::auth::Actor;
@@ -47,7 +47,7 @@ fn accept(headers: &HeaderMap) -> &str {
             (String = "text/event-stream"),
             (String = "application/javascript"),
         )),
-        ReadErrors,
+        NotModified, Refusals,
     ),
     security((), ("bearer" = [])))]
 pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Response, ApiError> {
@@ -159,7 +159,7 @@ async fn long_poll<S: Store>(
             (String = "application/atom+xml"),
             (String = "application/javascript"),
         )),
-        ReadErrors,
+        NotModified, Refusals,
     ),
     security((), ("bearer" = [])))]
 pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {

@@ -3,7 +3,7 @@
 //! retracts (204). A publisher's or admin's token is needed; the answer comes only after the
 //! change is durable, and the change reaches XMPP subscribers and held HTTP requests alike.
 
-use super::answers::{FeedPath, ItemPath, Published, WriteErrors};
+use super::answers::{EntryRefusals, FeedPath, ItemPath, Published, Refusals};
 use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
@@ -100,7 +100,7 @@ async fn publish<S: Store>(
 #[utoipa::path(put, path = "/feeds/{feed}/items/{id}", operation_id = "put_item", tag = "publish", summary = "Publish or update the item with this id",
     params(ItemPath),
     request_body(content = String, content_type = "application/atom+xml", description = "One Atom entry"),
-    responses((status = 200, description = "Published", body = Published), WriteErrors),
+    responses((status = 200, description = "Published", body = Published), Refusals, EntryRefusals),
     security(("bearer" = [])))]
 pub async fn put<S: Store>(State(st): St<S>, asked: Asked<(String, String)>, body: Body) -> Result<Response, ApiError> {
     let Asked { actor, path: (feed, id), headers, .. } = asked;
@@ -112,7 +112,7 @@ pub async fn put<S: Store>(State(st): St<S>, asked: Asked<(String, String)>, bod
 #[utoipa::path(post, path = "/feeds/{feed}/", operation_id = "post_item", tag = "publish", summary = "Publish a new item with a generated id",
     params(FeedPath),
     request_body(content = String, content_type = "application/atom+xml", description = "One Atom entry"),
-    responses((status = 201, description = "Published; Location names the item", body = Published), WriteErrors),
+    responses((status = 201, description = "Published; Location names the item", body = Published), Refusals, EntryRefusals),
     security(("bearer" = [])))]
 pub async fn post<S: Store>(State(st): St<S>, asked: Asked<String>, body: Body) -> Result<Response, ApiError> {
     let Asked { actor, path: feed, headers, .. } = asked;
@@ -129,7 +129,7 @@ pub async fn post<S: Store>(State(st): St<S>, asked: Asked<String>, body: Body) 
 /// `DELETE BASE/feeds/FEED/items/ID`: a tombstone, 204.
 #[utoipa::path(delete, path = "/feeds/{feed}/items/{id}", operation_id = "retract_item", tag = "publish", summary = "Retract an item: it becomes a tombstone",
     params(ItemPath),
-    responses((status = 204, description = "Retracted"), WriteErrors),
+    responses((status = 204, description = "Retracted"), Refusals),
     security(("bearer" = [])))]
 pub async fn delete<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {
     let Asked { actor, path: (feed, id), .. } = asked;

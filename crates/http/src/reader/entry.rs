@@ -155,18 +155,9 @@ pub fn exact(t: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use feed::Key;
 
     fn item(entry: &str) -> Item {
-        Item {
-            id: "k<1>".into(),
-            created: Key { t: 1_700_000_000_000, seq: 1 },
-            modified: Key { t: 1_700_000_000_000, seq: 1 },
-            author: None,
-            categories: vec![],
-            atom_id: None,
-            payload: Payload::Entry(format!(r#"<entry xmlns="{ATOM}">{entry}</entry>"#)),
-        }
+        crate::test_item("k<1>", Payload::Entry(format!(r#"<entry xmlns="{ATOM}">{entry}</entry>"#)))
     }
 
     #[test]
