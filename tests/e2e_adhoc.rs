@@ -2,13 +2,11 @@
 //! and real clients: list feeds with counts, create a feed, show a feed's subscribers,
 //! remove a subscription, statistics; nobody else sees or runs them.
 
-mod common;
-
-use common::pubsub::*;
-use common::smartfeeds::Smartfeeds;
-use common::start_selected;
-use common::{stanza_type, to_xml, xml};
 use minidom::Element;
+use testkit::pubsub::*;
+use testkit::smartfeeds::Smartfeeds;
+use testkit::start_selected;
+use testkit::{stanza_type, to_xml, xml};
 
 const TABLES: &str = r#"
 [[feeds]]

@@ -10,17 +10,15 @@
 //! raw XEP-0114 component connected as `bench.localhost` (Prosody has only `localhost`; a
 //! component may send from any JID of its domain).
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
 use std::ops::DerefMut;
 use std::time::Duration;
 
-use common::fixture::Fixture;
-use common::pubsub::*;
-use common::push::{PUBSUB_EVENT, subscribe_iq, subscriptions, unsubscribe_iq};
-use common::{Component, Connection, error_condition, set_attr, stanza_type, to_xml, xml};
 use minidom::Element;
+use testkit::fixture::Fixture;
+use testkit::pubsub::*;
+use testkit::push::{PUBSUB_EVENT, subscribe_iq, subscriptions, unsubscribe_iq};
+use testkit::{Component, Connection, error_condition, set_attr, stanza_type, to_xml, xml};
 
 const TABLES: &str = r#"
 [[feeds]]
@@ -220,7 +218,7 @@ fn outcome(reply: &Element) -> Outcome {
     }
     assert_eq!(stanza_type(reply), "error", "{raw}");
     let condition = error_condition(reply).unwrap_or_else(|| panic!("an error condition in {raw}"));
-    let app = common::xml::error_app_condition(reply).map(|(ns, name)| {
+    let app = testkit::xml::error_app_condition(reply).map(|(ns, name)| {
         assert_eq!(ns, PUBSUB_ERRORS, "{raw}");
         name
     });
@@ -237,12 +235,12 @@ fn check_result(action: Action, feed: Feed, actor: &Actor, reply: &Element) {
             assert!(page.count.unwrap_or(0) > 0, "the feed's items are served: {raw}");
         }
         Action::SubscribeSelf => {
-            let sub = common::push::parse_subscription(reply);
+            let sub = testkit::push::parse_subscription(reply);
             assert_eq!(sub.jid, actor.bare, "{raw}");
             assert_eq!(sub.node, feed.name(), "{raw}");
         }
         Action::DiscoInfo => {
-            let title = common::push::meta_field(reply, "pubsub#title");
+            let title = testkit::push::meta_field(reply, "pubsub#title");
             assert!(title.is_some_and(|t| !t.is_empty()), "meta-data with a title: {raw}");
         }
         Action::DiscoItemsNode => {

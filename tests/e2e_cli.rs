@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_smartfeeds");
+use testkit::smartfeeds::bin;
 
 const GOOD: &str = r#"admins = ["admin@localhost"]
 autocreate = true
@@ -36,12 +36,12 @@ allowed = ["bob@localhost", "*@example.net"]
 "#;
 
 fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(bin());
     cmd.args(args).current_dir(dir).env_remove("SMARTFEEDS_SECRET").env("RUST_LOG", "info");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {BIN}: {e}"))
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", bin().display()))
 }
 
 /// Writes `text` as `smartfeeds.toml` in a fresh directory and runs `check-config` on it.

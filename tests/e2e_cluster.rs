@@ -32,19 +32,17 @@
 //!
 //! Failures are gathered over all subscriptions and reported together.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use common::instances::{Received, collect, fresh_database, instance_on, put_shared, wait_logged};
-use common::process::free_port;
-use common::pubsub::{Pull, entry, publish_iq, pull, walk};
-use common::push::{subscribe, subscriptions};
-use common::smartfeeds::{metric, scrape_metrics};
-use common::{Client, EjabberdCluster, Smartfeeds, TestServer, stanza_type};
 use store_postgres::push_shards::BATCH;
+use testkit::instances::{Received, collect, fresh_database, instance_on, put_shared, wait_logged};
+use testkit::process::free_port;
+use testkit::pubsub::{Pull, entry, publish_iq, pull, walk};
+use testkit::push::{subscribe, subscriptions};
+use testkit::smartfeeds::{metric, scrape_metrics};
+use testkit::{Client, EjabberdCluster, Smartfeeds, TestServer, stanza_type};
 
 /// The nodes alice and bob subscribe to: the default view under two spellings, and two more.
 const NODES: [[&str; 3]; 2] = [
@@ -110,7 +108,7 @@ async fn setup() -> Setup {
 
 /// Waits until `sf`'s log past `offset` says it is connected to `node`'s component port
 /// and has found the multicast service (whose answer must reach it, not the other instance).
-async fn attached(sf: &Smartfeeds, node: &TestServer<common::Ejabberd>, offset: u64) {
+async fn attached(sf: &Smartfeeds, node: &TestServer<testkit::Ejabberd>, offset: u64) {
     let limit = Duration::from_secs(30);
     wait_logged(sf, offset, &format!("connected server={}", node.component_addr()), limit).await;
     wait_logged(sf, offset, "multicast service found", limit).await;
@@ -135,7 +133,7 @@ async fn publish(via: Via<'_>, prefix: &str, range: Range<u32>) -> Vec<String> {
                 let body = entry(&format!("urn:{id}"), &id, None, &[]);
                 match bot.try_iq(publish_iq("shared", Some(&id), &body), PUBLISH_TIMEOUT).await {
                     Ok(reply) if stanza_type(&reply) == "result" => Ok(()),
-                    Ok(reply) => Err(common::to_xml(&reply)),
+                    Ok(reply) => Err(testkit::to_xml(&reply)),
                     Err(e) => Err(e),
                 }
             }
@@ -444,7 +442,7 @@ async fn subscribers_on_both_nodes_lose_at_most_the_batch_in_flight_when_the_pus
 
     // The victim comes back, attached to its own node again, and both take publishes.
     let node = &s.cluster.nodes()[victim];
-    let offset = common::logs::offset(&s.instances[victim].log_path());
+    let offset = testkit::logs::offset(&s.instances[victim].log_path());
     let restarted = Instant::now();
     tokio::task::block_in_place(|| s.instances[victim].restart());
     attached(&s.instances[victim], node, offset).await;

@@ -15,18 +15,16 @@
 //!   10 s, every request answered exactly once, the stream closed, and the database passes
 //!   `PRAGMA integrity_check` and holds every acknowledged publish.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::pubsub::*;
-use common::push::{subscribe_iq, subscriptions};
-use common::smartfeeds::Smartfeeds;
-use common::{Client, Connection, Prosody, Server, TestServer, error_condition, set_attr, stanza_type, to_xml};
 use minidom::Element;
+use testkit::pubsub::*;
+use testkit::push::{subscribe_iq, subscriptions};
+use testkit::smartfeeds::Smartfeeds;
+use testkit::{Client, Connection, Prosody, Server, TestServer, error_condition, set_attr, stanza_type, to_xml};
 
 /// Publisher accounts, each in the feed's `publishers`.
 const PUBLISHERS: usize = 4;
@@ -125,7 +123,7 @@ fn is_prosody_bounce(reply: &Element) -> bool {
         && reply.attr("from") == Some(COMPONENT_DOMAIN)
         && error_condition(reply).as_deref() == Some("remote-server-timeout")
         && reply
-            .get_child("error", common::xml::NS_CLIENT)
+            .get_child("error", testkit::xml::NS_CLIENT)
             .is_some_and(|e| e.has_child("not-connected", PROSODY_COMPONENT))
 }
 

@@ -1,16 +1,14 @@
 //! End to end, service discovery (SPEC §7, XEP-0030): a real XMPP server (Prosody or
-//! ejabberd, see `tests/common/server/select.rs`) and the real
+//! ejabberd, see `crates/testkit/src/server/select.rs`) and the real
 //! `smartfeeds` binary with configured feeds, shared by the tests of this file (none of
 //! which publishes, so the list of feeds is fixed).
 
-mod common;
-
 use std::collections::{BTreeSet, HashMap};
 
-use common::fixture::{Fixture, Shared};
-use common::pubsub::*;
-use common::{Client, stanza_type, to_xml, xml};
 use minidom::Element;
+use testkit::fixture::{Fixture, Shared};
+use testkit::pubsub::*;
+use testkit::{Client, stanza_type, to_xml, xml};
 
 const COMPONENT: &str = "feeds.localhost";
 const TABLES: &str = r#"

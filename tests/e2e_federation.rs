@@ -4,18 +4,16 @@
 //! real smartfeeds binary, and `remote.test`, whose user `alice@remote.test` discovers,
 //! pulls, subscribes, receives pushes, is named in `allowed` and `publishers`, and has her
 //! server stopped and started again while pushes are due. How each server finds the other
-//! without the machine's resolver is in `tests/common/federation.rs`.
-
-mod common;
+//! without the machine's resolver is in `crates/testkit/src/federation.rs`.
 
 use std::time::{Duration, Instant};
 
-use common::federation::{Federation, REMOTE, metric};
-use common::process::free_port;
-use common::pubsub::*;
-use common::push::*;
-use common::smartfeeds::Smartfeeds;
-use common::{Client, error_condition, stanza_type, to_xml, xml};
+use testkit::federation::{Federation, REMOTE, metric};
+use testkit::process::free_port;
+use testkit::pubsub::*;
+use testkit::push::*;
+use testkit::smartfeeds::Smartfeeds;
+use testkit::{Client, error_condition, stanza_type, to_xml, xml};
 
 const NEWS: &str = "news?order=created";
 /// Long enough for an s2s link to be opened (dialback both ways) on a loaded machine.

@@ -20,16 +20,14 @@
 //! levels of nesting), so this file has a raw c2s client of its own, [`Raw`]: plain TCP,
 //! SASL PLAIN, bind, then text in and text out.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::fixture::{Fixture, Shared};
-use common::pubsub::*;
-use common::push::{subscribe_iq, unsubscribe_iq};
-use common::xml::{NS_STANZAS, base64};
-use common::{Client, error_condition, stanza_type, to_xml, xml};
 use minidom::Element;
+use testkit::fixture::{Fixture, Shared};
+use testkit::pubsub::*;
+use testkit::push::{subscribe_iq, unsubscribe_iq};
+use testkit::xml::{NS_STANZAS, base64};
+use testkit::{Client, error_condition, stanza_type, to_xml, xml};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -595,7 +593,7 @@ async fn unsolicited_results_errors_messages_and_presence_are_ignored() {
         alice.send(xml(&bounce)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let subs = common::push::subscriptions(&mut bob, None).await;
+    let subs = testkit::push::subscriptions(&mut bob, None).await;
     assert!(subs.iter().any(|s| s.node == "h?order=modified"), "bob's subscription stays: {subs:?}");
     still_serving("unsolicited stanzas").await;
 }

@@ -3,15 +3,13 @@
 //! same view, Atom is read by a real feed parser (feed-rs), JSON by its shape; long-polls,
 //! event streams, archives, tokens, hostile input, and changes crossing between the faces.
 
-mod common;
-
-use common::process::free_port;
-use common::pubsub::*;
-use common::push::{next_push, subscribe};
-use common::{Client, Fixture, Shared as SharedFixture};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::{Duration, Instant};
+use testkit::process::free_port;
+use testkit::pubsub::*;
+use testkit::push::{next_push, subscribe};
+use testkit::{Client, Fixture, Shared as SharedFixture};
 
 const BOT: &str = "bot-token-0123456789";
 const ADMIN: &str = "admin-token-0123456789";
@@ -454,7 +452,7 @@ async fn a_long_poll_is_answered_by_a_publish_through_either_face_and_times_out_
     let mut bot = sh.fx.server.login("bot").await;
     let published = Instant::now();
     let reply = bot.iq(publish_iq("lp", Some("l1"), &entry("urn:l1", "over xmpp", Some("ann"), &[]))).await;
-    assert_eq!(common::stanza_type(&reply), "result");
+    assert_eq!(testkit::stanza_type(&reply), "result");
     for h in [created, modified] {
         let (_, (s, doc)) = h.await.unwrap();
         assert_eq!((s, ids(&doc)), (StatusCode::OK, vec!["l1".to_string()]));
@@ -468,7 +466,7 @@ async fn a_long_poll_is_answered_by_a_publish_through_either_face_and_times_out_
     tokio::time::sleep(Duration::from_millis(500)).await;
     for id in ["l2", "l3"] {
         let reply = bot.iq(publish_iq("lp", Some(id), &entry(&format!("urn:{id}"), id, None, &[]))).await;
-        assert_eq!(common::stanza_type(&reply), "result");
+        assert_eq!(testkit::stanza_type(&reply), "result");
     }
     for h in many {
         let (_, (s, doc)) = h.await.unwrap();
@@ -635,7 +633,7 @@ async fn a_publish_over_http_is_pushed_over_xmpp_and_the_other_way_round() {
     // XMPP publish → HTTP pull sees it.
     let mut bot = sh.fx.server.login("bot").await;
     let reply = bot.iq(publish_iq("cross", Some("c2"), &entry("urn:c2", "from xmpp", None, &[]))).await;
-    assert_eq!(common::stanza_type(&reply), "result");
+    assert_eq!(testkit::stanza_type(&reply), "result");
     let (_, doc) =
         get_json(&format!("/feeds/cross/?order=modified&since=cursor%3A{}&timeout=0", push.last_cursor()), None).await;
     assert_eq!(ids(&doc), ["c2"]);

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_smartfeeds");
+use testkit::smartfeeds::bin;
 
 const TOP: &str = "[component]\njid = \"feeds.localhost\"\nsecret = \"secret\"\n\n";
 
@@ -11,7 +11,7 @@ fn check(http: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("c.toml");
     std::fs::write(&path, format!("{TOP}{http}")).expect("the config");
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(["check-config", "--config"])
         .arg(&path)
         .env_remove("SMARTFEEDS_SECRET")

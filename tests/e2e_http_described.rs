@@ -4,16 +4,14 @@
 //! their documented schemas; JSON Feed answers are read by a real feed reader library
 //! (feed-rs) with the same items, order and next links as the JSON answer.
 
-mod common;
-
-use common::Fixture;
-use common::process::free_port;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
+use testkit::Fixture;
+use testkit::process::free_port;
 
 const BOT: &str = "bot-token-0123456789";
 

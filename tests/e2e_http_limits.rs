@@ -3,15 +3,13 @@
 //! Prometheus endpoint counts HTTP requests by route and status and shows held long-polls.
 //! Its own smartfeeds, with a low rate (the other HTTP tests share one with the default).
 
-mod common;
-
-use common::process::free_port;
-use common::pubsub::entry;
-use common::smartfeeds::scrape_metrics;
-use common::{Fixture, Shared};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
+use testkit::process::free_port;
+use testkit::pubsub::entry;
+use testkit::smartfeeds::scrape_metrics;
+use testkit::{Fixture, Shared};
 
 const EVE: &str = "eve-token-0123456789ab";
 const ADMIN: &str = "admin-token-0123456789";
@@ -70,7 +68,7 @@ fn scrape() -> String {
 
 /// The value of the sample `name` (labels included), 0 when absent.
 fn metric(text: &str, name: &str) -> f64 {
-    common::smartfeeds::metric(text, name).unwrap_or(0.0)
+    testkit::smartfeeds::metric(text, name).unwrap_or(0.0)
 }
 
 async fn get_as(client: &reqwest::Client, token: &str) -> StatusCode {

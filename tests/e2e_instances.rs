@@ -5,18 +5,16 @@
 //! one instance is killed the other serves (on Prosody, which takes one connection per
 //! component domain, it waited as a hot standby until then).
 
-mod common;
-
-use common::instances::{Received, collect, fresh_database, http_ready, instance, put_shared};
-use common::process::free_port;
-use common::pubsub::*;
-use common::push::{next_push, subscribe};
-use common::{Smartfeeds, TestServer, stanza_type, start_selected};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
+use testkit::instances::{Received, collect, fresh_database, http_ready, instance, put_shared};
 use testkit::postgres_server::TempServer;
+use testkit::process::free_port;
+use testkit::pubsub::*;
+use testkit::push::{next_push, subscribe};
+use testkit::{Smartfeeds, TestServer, stanza_type, start_selected};
 
 /// The XMPP server, and two instances on a fresh database with their HTTP ports.
 async fn two_instances() -> (TestServer, (Smartfeeds, u16), (Smartfeeds, u16)) {
@@ -97,7 +95,7 @@ async fn publishes_through_both_instances_are_read_once_in_order_through_either(
 async fn served_within(host: &TestServer, limit: Duration) -> Page {
     let started = Instant::now();
     loop {
-        if let Ok(mut c) = common::Client::try_connect(host.c2s_port(), "carol@localhost", "password").await {
+        if let Ok(mut c) = testkit::Client::try_connect(host.c2s_port(), "carol@localhost", "password").await {
             let q = Pull::node("shared?order=created").max(100);
             if let Ok(reply) = c.try_iq(q.iq(), Duration::from_secs(2)).await
                 && stanza_type(&reply) == "result"
@@ -117,7 +115,7 @@ async fn when_one_instance_is_killed_the_other_serves_and_pushes() {
     let url = fresh_database().await;
     let mut a = instance(&host, &url, free_port()).await;
     let b = instance(&host, &url, free_port()).await;
-    let standby = host.kind() == common::Kind::Prosody;
+    let standby = host.kind() == testkit::Kind::Prosody;
     if standby {
         // Prosody takes one connection per component domain: the second waits.
         let started = Instant::now();
@@ -214,7 +212,7 @@ async fn publishes_across_a_postgresql_restart_get_answers_and_none_acknowledged
             }
             _ => {
                 let error = reply.get_child("error", "jabber:client").map(|e| e.attr("type").unwrap_or("").to_string());
-                assert_eq!(error.as_deref(), Some("wait"), "a wait-type error: {}", common::to_xml(&reply));
+                assert_eq!(error.as_deref(), Some("wait"), "a wait-type error: {}", testkit::to_xml(&reply));
                 refused += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -360,7 +358,7 @@ async fn subscribers_get_each_change_once_in_order_while_an_instance_is_killed_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websub_documents_come_once_in_order_from_whichever_instance_holds_the_feed() {
-    use common::websub::{Callback, entry_ids, subscribed};
+    use testkit::websub::{Callback, entry_ids, subscribed};
     let (_host, (mut a, pa), (b, pb)) = two_instances().await;
     // Subscribed through one instance; documents of changes committed through either.
     let cb = Callback::start().await;

@@ -7,16 +7,14 @@
 //! One Prosody and one smartfeeds for the file; each test has its own users (the rate and
 //! the subscription limits count per bare JID) and its own feeds.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::fixture::{Fixture, Shared};
-use common::pubsub::*;
-use common::push::{subscribe_iq, subscriptions, unsubscribe_iq};
-use common::{Client, Connection, error_condition, set_attr, stanza_type, to_xml, xml};
 use minidom::Element;
+use testkit::fixture::{Fixture, Shared};
+use testkit::pubsub::*;
+use testkit::push::{subscribe_iq, subscriptions, unsubscribe_iq};
+use testkit::{Client, Connection, error_condition, set_attr, stanza_type, to_xml, xml};
 
 const DEFAULT_PAGE: usize = 5;
 const MAX_PAGE: usize = 20;

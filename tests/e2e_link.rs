@@ -1,15 +1,13 @@
 //! The component link against a real XMPP server (Prosody or ejabberd, see
-//! `tests/common/server/select.rs`): it comes back by itself after the server
+//! `crates/testkit/src/server/select.rs`): it comes back by itself after the server
 //! restarts or is killed, serves again within seconds, loses no committed item, and backs
 //! off instead of flooding the log while the server is down.
 
-mod common;
-
-use common::pubsub::*;
-use common::smartfeeds::Smartfeeds;
-use common::{TestServer, start_selected};
-use common::{stanza_type, xml};
 use std::time::{Duration, Instant};
+use testkit::pubsub::*;
+use testkit::smartfeeds::{Smartfeeds, bin};
+use testkit::{TestServer, start_selected};
+use testkit::{stanza_type, xml};
 
 const TABLES: &str = r#"
 [[feeds]]
@@ -21,7 +19,7 @@ publishers = ["bot@localhost"]
 async fn served_within(host: &TestServer, limit: Duration) -> Duration {
     let started = Instant::now();
     loop {
-        if let Ok(mut alice) = common::Client::try_connect(host.c2s_port(), "alice@localhost", "password").await {
+        if let Ok(mut alice) = testkit::Client::try_connect(host.c2s_port(), "alice@localhost", "password").await {
             let q =
                 xml("<iq type='get' to='feeds.localhost'><query xmlns='http://jabber.org/protocol/disco#info'/></iq>");
             let reply = alice.try_iq(q, Duration::from_secs(2)).await;
@@ -48,7 +46,7 @@ async fn publish(host: &TestServer, ids: std::ops::Range<u32>) {
     let iqs =
         ids.map(|i| publish_iq("news", Some(&format!("n{i}")), &entry(&format!("urn:n{i}"), "t", None, &[]))).collect();
     for reply in iq_all(&mut bot, iqs).await {
-        assert_eq!(stanza_type(&reply), "result", "{}", common::to_xml(&reply));
+        assert_eq!(stanza_type(&reply), "result", "{}", testkit::to_xml(&reply));
     }
 }
 
@@ -94,11 +92,7 @@ async fn comes_back_after_the_server_restarts_or_dies() {
 async fn a_second_process_on_the_same_database_is_refused() {
     let host = start_selected();
     let sf = Smartfeeds::start(&host, TABLES);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_smartfeeds"))
-        .arg("--config")
-        .arg(sf.config_path())
-        .output()
-        .unwrap();
+    let out = std::process::Command::new(bin()).arg("--config").arg(sf.config_path()).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("another smartfeeds process is using"), "{stderr}");

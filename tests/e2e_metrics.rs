@@ -1,12 +1,10 @@
 //! The Prometheus endpoint, scraped over HTTP while the component serves a real XMPP server
-//! (Prosody or ejabberd, see `tests/common/server/select.rs`).
+//! (Prosody or ejabberd, see `crates/testkit/src/server/select.rs`).
 
-mod common;
-
-use common::pubsub::*;
-use common::smartfeeds::{Smartfeeds, scrape_metrics as scrape};
-use common::stanza_type;
-use common::start_selected;
+use testkit::pubsub::*;
+use testkit::smartfeeds::{Smartfeeds, scrape_metrics as scrape};
+use testkit::stanza_type;
+use testkit::start_selected;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_pushes_and_commits() {
@@ -18,7 +16,7 @@ async fn metrics_count_requests_pushes_and_commits() {
     let sf = Smartfeeds::start(&host, &tables);
     let mut bot = host.login("bot").await;
     let mut alice = host.login("alice").await;
-    let sub = common::xml(
+    let sub = testkit::xml(
         "<iq type='set' to='feeds.localhost'><pubsub xmlns='http://jabber.org/protocol/pubsub'>\
          <subscribe node='news' jid='alice@localhost'/></pubsub></iq>",
     );

@@ -7,18 +7,16 @@
 //! subscription, with the node as she wrote it, the view's headers, an unbroken
 //! `PreviousCursor` chain, and no address list. The metrics say which way the pushes went.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::fixture::Fixture;
-use common::pubsub::*;
-use common::push::*;
-use common::server::{BENCH_DOMAIN, MULTICAST_DOMAIN};
-use common::smartfeeds::{metric, scrape_metrics};
-use common::xml::error_condition;
-use common::{Client, Kind, TestServer, stanza_type, to_xml, xml};
+use testkit::fixture::Fixture;
+use testkit::pubsub::*;
+use testkit::push::*;
+use testkit::server::{BENCH_DOMAIN, MULTICAST_DOMAIN};
+use testkit::smartfeeds::{metric, scrape_metrics};
+use testkit::xml::error_condition;
+use testkit::{Client, Kind, TestServer, stanza_type, to_xml, xml};
 
 const PUSH_WAIT: Duration = Duration::from_secs(5);
 const QUIET: Duration = Duration::from_millis(300);
@@ -33,7 +31,7 @@ struct Setup {
 
 impl Setup {
     fn start(server: TestServer) -> Setup {
-        let metrics = common::process::free_port();
+        let metrics = testkit::process::free_port();
         let tables = format!(
             "[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\n[push]\nbounce_limit = 2\n\n\
              [[feeds]]\nname = \"mc\"\npublishers = [\"bot@localhost\"]\n"
@@ -138,7 +136,7 @@ async fn run_ops(setup: &Setup, subs: &mut [Sub], model: &mut Model, ops: &[Op])
             let push = next_push(&mut s.client, PUSH_WAIT).await;
             let raw = &push.raw;
             assert_eq!(push.kind, "headline", "step {step}: {raw}");
-            assert_eq!(push.from, common::server::COMPONENT_DOMAIN, "step {step}: {raw}");
+            assert_eq!(push.from, testkit::server::COMPONENT_DOMAIN, "step {step}: {raw}");
             assert_eq!(push.to, s.jid, "step {step}: to the subscribed JID: {raw}");
             assert!(!raw.contains(ADDRESS), "step {step}: a bcc copy carries no address list: {raw}");
             assert_eq!(push.node, s.node, "step {step}: the node as the subscriber wrote it: {raw}");
@@ -198,7 +196,7 @@ async fn several_views(setup: &Setup) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_of_several_views_each_get_each_change_once_through_multicast() {
-    let setup = Setup::start(common::start_selected());
+    let setup = Setup::start(testkit::start_selected());
     let messages = several_views(&setup).await;
     // One message per change and group of two or more: the modified view (5 changes),
     // the created view (3), each spelling of the author=x view (3 each); the lone
@@ -216,7 +214,7 @@ async fn without_the_service_every_subscriber_gets_each_change_once_by_itself() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_mid_run_falls_back_without_losing_a_push() {
-    let setup = Setup::start(common::start_selected());
+    let setup = Setup::start(testkit::start_selected());
     let mut subs = Vec::new();
     for k in 0..3 {
         subs.push(sub(&setup, &format!("ref{k}"), "mc?order=modified", k % 2 == 0).await);
@@ -265,7 +263,7 @@ async fn a_refusal_mid_run_falls_back_without_losing_a_push() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_whose_multicast_copies_bounce_is_unsubscribed() {
-    let setup = Setup::start(common::start_selected());
+    let setup = Setup::start(testkit::start_selected());
     let node = "mc?order=modified";
     let mut dead = sub(&setup, "dead", node, true).await;
     let mut live = vec![sub(&setup, "live0", node, true).await, sub(&setup, "live1", node, false).await];
@@ -318,7 +316,7 @@ fn multicast_to_alice(from: &str, id: &str) -> minidom::Element {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_refuses_senders_not_in_its_list() {
-    let server = common::start_selected();
+    let server = testkit::start_selected();
     let mut alice = server.login("alice").await;
     let mut other = server.component_as(BENCH_DOMAIN).await;
     other.send(multicast_to_alice(&format!("x@{BENCH_DOMAIN}"), "other-1")).await;

@@ -6,18 +6,16 @@
 //! view's links answering, and screenshots at a phone's and a desktop's width written to
 //! `target/page-screenshots/` for review.
 
-mod common;
-
-use common::process::free_port;
-use common::push::{next_push, subscribe};
-use common::server::COMPONENT_DOMAIN;
-use common::{Client, Fixture, Shared as SharedFixture};
 use futures::{SinkExt, StreamExt};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::process::free_port;
+use testkit::push::{next_push, subscribe};
+use testkit::server::COMPONENT_DOMAIN;
+use testkit::{Client, Fixture, Shared as SharedFixture};
 use tokio_tungstenite::tungstenite::Message;
 
 const BOT: &str = "bot-token-0123456789";

@@ -1,17 +1,15 @@
 //! End to end, publishing and errors (SPEC §2, §3, §4, §6, §7): a real XMPP server (Prosody
-//! or ejabberd, see `tests/common/server/select.rs`) and the real
+//! or ejabberd, see `crates/testkit/src/server/select.rs`) and the real
 //! `smartfeeds` binary shared by the tests of this file; each test uses its own feeds or
 //! item ids, so they run in any order and in parallel.
 
-mod common;
-
 use std::collections::HashSet;
 
-use common::fixture::{Fixture, Shared};
-use common::pubsub::*;
-use common::smartfeeds::Smartfeeds;
-use common::{stanza_type, start_selected, to_xml, xml};
 use minidom::Element;
+use testkit::fixture::{Fixture, Shared};
+use testkit::pubsub::*;
+use testkit::smartfeeds::Smartfeeds;
+use testkit::{stanza_type, start_selected, to_xml, xml};
 
 const TABLES: &str = r#"
 [limits]
@@ -381,7 +379,7 @@ async fn other_requests_ping_and_exactly_one_reply_each() {
         let reply = alice.iq(iq).await;
         assert_eq!(stanza_type(&reply), "error", "{}", to_xml(&reply));
         assert_eq!(reply.attr("from"), Some(COMPONENT), "{}", to_xml(&reply));
-        assert_eq!(common::error_condition(&reply).as_deref(), Some("service-unavailable"), "{}", to_xml(&reply));
+        assert_eq!(testkit::error_condition(&reply).as_deref(), Some("service-unavailable"), "{}", to_xml(&reply));
     }
 
     // A burst of mixed requests, pipelined: one reply each, nothing more.

@@ -1,5 +1,5 @@
 //! End to end, pulling (SPEC §3 and §4): a real XMPP server (Prosody or
-//! ejabberd, see `tests/common/server/select.rs`), the real `smartfeeds` binary, and a
+//! ejabberd, see `crates/testkit/src/server/select.rs`), the real `smartfeeds` binary, and a
 //! feed seeded once per test binary with 320 items in four waves (300 new, 43 updated,
 //! 30 retracted, 20 new), read back by clients through every view order and filtered views.
 //!
@@ -8,13 +8,11 @@
 //! reference listings are read from the service once and checked against what the waves
 //! fix; every other way of paging must then agree with them exactly.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 
-use common::Client;
-use common::fixture::{Fixture, Shared};
-use common::pubsub::*;
+use testkit::Client;
+use testkit::fixture::{Fixture, Shared};
+use testkit::pubsub::*;
 
 const FEED: &str = "pull";
 const TABLES: &str = r#"
@@ -124,7 +122,7 @@ async fn publish_waves(fx: &Fixture) -> Seed {
     };
     let check = |what: &str, replies: Vec<minidom::Element>| {
         for r in replies {
-            assert_eq!(common::stanza_type(&r), "result", "{what}: {}", common::to_xml(&r));
+            assert_eq!(testkit::stanza_type(&r), "result", "{what}: {}", testkit::to_xml(&r));
         }
     };
 
@@ -219,7 +217,7 @@ async fn login(name: &str) -> Client {
 }
 
 /// Pulls, checks the reply echoes the node, returns the page.
-async fn get(conn: &mut common::Connection, request: &Pull) -> Page {
+async fn get(conn: &mut testkit::Connection, request: &Pull) -> Page {
     let page = pull(conn, request).await;
     assert_eq!(page.node, request.node, "the reply names the node as written: {}", page.raw);
     page
@@ -227,7 +225,7 @@ async fn get(conn: &mut common::Connection, request: &Pull) -> Page {
 
 /// One item per index (`<index>i</index><max>1</max>`, pipelined): the ids and cursors of
 /// the whole view, in order.
-async fn item_cursors(conn: &mut common::Connection, node: &str, count: usize) -> Vec<(String, Cursor)> {
+async fn item_cursors(conn: &mut testkit::Connection, node: &str, count: usize) -> Vec<(String, Cursor)> {
     let iqs = (0..count).map(|i| Pull::node(node).max(1).index(i).iq()).collect();
     let replies = iq_all(conn, iqs).await;
     replies
@@ -284,7 +282,7 @@ fn check_reference_listings(s: &Seed) {
     let (start, end) = s.retract_window;
     for item in &s.created_items {
         let m = &s.meta[&item.id];
-        let raw = format!("{:?}", item.payload.as_ref().map(common::to_xml));
+        let raw = format!("{:?}", item.payload.as_ref().map(testkit::to_xml));
         if m.retracted {
             let t = item.tombstone().unwrap_or_else(|| panic!("{} is retracted: {raw}", item.id));
             assert_eq!(t.attr("ref"), Some(m.atom_id.as_str()), "tombstone ref is the atom:id: {raw}");
@@ -302,7 +300,7 @@ fn check_reference_listings(s: &Seed) {
 
 /// Pages through a view forward (after `<last>`) and backward (before `<first>`, from an
 /// empty `<before/>`), and between two cursors.
-async fn walk_both_ways(alice: &mut common::Connection, s: &Seed, v: &ViewSpec, max: usize) {
+async fn walk_both_ways(alice: &mut testkit::Connection, s: &Seed, v: &ViewSpec, max: usize) {
     let expected = s.expected(v);
     let n = expected.len();
     assert!(n >= 20, "{}: the seed fills every view ({n})", v.node);
@@ -382,7 +380,7 @@ async fn every_item_once_in_every_view_forward_and_backward() {
 
 /// Every item's cursor (from one-item pages at each index) is T_O_C as SPEC §3 defines it;
 /// returns them, in view order.
-async fn check_cursors(bob: &mut common::Connection, s: &Seed, node: &str) -> Vec<(String, Cursor)> {
+async fn check_cursors(bob: &mut testkit::Connection, s: &Seed, node: &str) -> Vec<(String, Cursor)> {
     let expected = s.expected(s.view(node));
     let cursors = item_cursors(bob, node, expected.len()).await;
     let ids: Vec<String> = cursors.iter().map(|(id, _)| id.clone()).collect();
@@ -417,7 +415,7 @@ async fn check_cursors(bob: &mut common::Connection, s: &Seed, node: &str) -> Ve
 
 /// `time:` and `id:` specs in an ascending view and its descending twin; `cursors` are the
 /// ascending view's, from [`check_cursors`].
-async fn check_time_and_id_specs(alice: &mut common::Connection, s: &Seed, node: &str, cursors: &[(String, Cursor)]) {
+async fn check_time_and_id_specs(alice: &mut testkit::Connection, s: &Seed, node: &str, cursors: &[(String, Cursor)]) {
     let asc = s.expected(s.view(node));
     let t_of: HashMap<&str, i64> = cursors.iter().map(|(id, c)| (id.as_str(), c.t)).collect();
     let desc_node = node.replace("order=", "order=-");
@@ -485,7 +483,7 @@ async fn check_time_and_id_specs(alice: &mut common::Connection, s: &Seed, node:
 }
 
 /// A cursor whose checksum fails is read as `time:T`; `cursors` are the created view's.
-async fn check_checksum_fallback(alice: &mut common::Connection, s: &Seed, cursors: &[(String, Cursor)]) {
+async fn check_checksum_fallback(alice: &mut testkit::Connection, s: &Seed, cursors: &[(String, Cursor)]) {
     let node = "pull?order=created";
     let asc = s.expected(s.view(node));
     let n = asc.len();
@@ -551,7 +549,7 @@ async fn cursors_and_position_specs() {
 }
 
 /// Default and clamped page sizes, `max=0`, `<index>`, `max_items`.
-async fn check_page_sizes(bob: &mut common::Connection, s: &Seed) {
+async fn check_page_sizes(bob: &mut testkit::Connection, s: &Seed) {
     let newest_first = s.expected(s.view("pull"));
 
     // No RSM: the first page of the default order, default size, with a <set>.
@@ -604,7 +602,7 @@ async fn check_page_sizes(bob: &mut common::Connection, s: &Seed) {
 }
 
 /// `<item id/>` lookups; filtered views hold exactly the matching items.
-async fn check_lookups_and_filters(alice: &mut common::Connection, s: &Seed) {
+async fn check_lookups_and_filters(alice: &mut testkit::Connection, s: &Seed) {
     // <item id/> lookups: known ids, unknown ones left out; tombstones as tombstones.
     let reply = alice.iq(Pull::node(FEED).ids(&["a010", "nope", "a015", "z03"]).iq()).await;
     let page = parse_page(&reply);

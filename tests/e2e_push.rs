@@ -1,5 +1,5 @@
 //! End to end, push (SPEC §5, with §2–§4 for views and cursors): real clients logged in to a
-//! real XMPP server (Prosody or ejabberd, see `tests/common/server/select.rs`) subscribe to views of feeds served by the real `smartfeeds` binary, a
+//! real XMPP server (Prosody or ejabberd, see `crates/testkit/src/server/select.rs`) subscribe to views of feeds served by the real `smartfeeds` binary, a
 //! publisher changes the feeds, and every headline the clients get is checked against what
 //! a pull of the same view returns at that moment.
 //!
@@ -17,17 +17,15 @@
 //! Where the hosts differ — a headline to an account that no longer exists: Prosody drops
 //! it, ejabberd bounces `service-unavailable` — the deleted-account test says so.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::fixture::{Fixture, Shared};
-use common::pubsub::*;
-use common::push::*;
-use common::{Client, Kind, TestServer, stanza_type, to_xml, xml};
 use minidom::Element;
+use testkit::fixture::{Fixture, Shared};
+use testkit::pubsub::*;
+use testkit::push::*;
+use testkit::{Client, Kind, TestServer, stanza_type, to_xml, xml};
 
 const TABLES: &str = r#"
 [push]
@@ -124,7 +122,7 @@ async fn retract(bot: &mut Client, feed: &str, id: &str) {
 fn check_envelope(push: &Push, to: &str) {
     let raw = &push.raw;
     assert_eq!(push.kind, "headline", "pushes are headlines: {raw}");
-    assert_eq!(push.from, common::server::COMPONENT_DOMAIN, "pushes come from the component: {raw}");
+    assert_eq!(push.from, testkit::server::COMPONENT_DOMAIN, "pushes come from the component: {raw}");
     assert_eq!(push.to, to, "the push goes to the subscribed JID: {raw}");
     assert!(push.id.as_deref().is_some_and(|i| !i.is_empty()), "a push has an id: {raw}");
     assert!(push.total.is_some(), "TotalItems header: {raw}");

@@ -1,21 +1,20 @@
 //! End to end, the WebSub hub (SPEC §10): the real binary, real callback servers (each a
-//! small HTTP server on a free loopback port, `tests/common/websub.rs`), a real XMPP server
+//! small HTTP server on a free loopback port, `crates/testkit/src/websub.rs`), a real XMPP server
 //! beside it for the tests that cross faces. Verification accepted and refused, delivered
 //! documents (Atom, `Link`, signature), order through failures, 410, leases, isolation from
 //! a callback that never answers, private-address refusal, a SIGKILL between commit and
 //! delivery, and the `PreviousCursor` / `fo:prev_cursor` chains of both faces agreeing.
 
-mod common;
-
-use common::process::Process;
-use common::pubsub::{entry, publish_iq, retract_iq};
-use common::push::{next_push, subscribe as xmpp_subscribe};
-use common::websub::*;
-use common::{Client, Fixture, Shared as SharedFixture};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use testkit::process::Process;
+use testkit::pubsub::{entry, publish_iq, retract_iq};
+use testkit::push::{next_push, subscribe as xmpp_subscribe};
+use testkit::smartfeeds::bin;
+use testkit::websub::*;
+use testkit::{Client, Fixture, Shared as SharedFixture};
 
 const BOT: &str = "bot-token-0123456789";
 const ALICE: &str = "alice-token-0123456789";
@@ -379,10 +378,10 @@ async fn a_publish_over_xmpp_reaches_websub_with_the_same_cursor_chain() {
     let mut bot = sh.fx.server.login("bot").await;
     for id in ["x1", "x2"] {
         let reply = bot.iq(publish_iq("cross", Some(id), &entry(&format!("urn:{id}"), id, None, &[]))).await;
-        assert_eq!(common::stanza_type(&reply), "result");
+        assert_eq!(testkit::stanza_type(&reply), "result");
     }
     let reply = bot.iq(retract_iq("cross", "x1")).await;
-    assert_eq!(common::stanza_type(&reply), "result");
+    assert_eq!(testkit::stanza_type(&reply), "result");
     let mut pushes = Vec::new();
     for _ in 0..3 {
         pushes.push(next_push(&mut alice, Duration::from_secs(5)).await);
@@ -416,12 +415,12 @@ async fn admins_see_websub_subscriptions_in_list_feeds_and_subscribers() {
     subscribed(&hub(), &t, &cb, &[]).await;
     let mut admin = sh.fx.server.login("admin").await;
     let command = |node: &str, form: &str| {
-        common::xml(&format!(
+        testkit::xml(&format!(
             "<iq type='set' to='feeds.localhost'><command xmlns='{CMDS}' node='{node}' action='execute'>{form}</command></iq>"
         ))
     };
     let r = admin.iq(command("list-feeds", "")).await;
-    assert!(values(&r, "feeds").contains(&"admin: 0 items, 1 subscriptions".to_string()), "{}", common::to_xml(&r));
+    assert!(values(&r, "feeds").contains(&"admin: 0 items, 1 subscriptions".to_string()), "{}", testkit::to_xml(&r));
     let form = "<x xmlns='jabber:x:data' type='submit'><field var='feed'><value>admin</value></field></x>";
     let r = admin.iq(command("subscribers", form)).await;
     assert_eq!(values(&r, "subscriptions"), [format!("{} {t}", cb.url)]);
@@ -478,7 +477,7 @@ impl Alone {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_smartfeeds"));
+        let mut cmd = std::process::Command::new(bin());
         cmd.arg("--config").arg(self.dir.path().join("c.toml")).env("RUST_LOG", "info");
         self.process = Some(Process::spawn(cmd, &self.log()).unwrap());
         let deadline = Instant::now() + Duration::from_secs(15);

@@ -21,17 +21,15 @@
 //! each node; each node routes the domain's stanzas to the component attached to it, and
 //! either component reaches users on either node.
 
-mod common;
-
 use std::time::Duration;
 
-use common::server::{BENCH_DOMAIN, COMPONENT_DOMAIN, DEMO_PASSWORD, DEMO_USERS, PUBSUB_DOMAIN};
-use common::xml::NS_STANZAS;
-use common::{
+use minidom::Element;
+use testkit::server::{BENCH_DOMAIN, COMPONENT_DOMAIN, DEMO_PASSWORD, DEMO_USERS, PUBSUB_DOMAIN};
+use testkit::xml::NS_STANZAS;
+use testkit::{
     Client, Component, Ejabberd, EjabberdCluster, Prosody, Server, TestServer, error_condition, set_attr, stanza_type,
     to_xml, with_attr, xml,
 };
-use minidom::Element;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -135,7 +133,7 @@ async fn talk_and_survive_restarts<S: Server>() {
     server.kill();
     assert!(!server.is_running());
     // Gone, or a zombie its new parent has yet to reap: either way it runs no more.
-    assert!(!common::process::is_alive(pid), "the server process is gone");
+    assert!(!testkit::process::is_alive(pid), "the server process is gone");
     alice.wait_closed(SHORT).await.expect("alice notices the crash");
     component.wait_closed(SHORT).await.expect("the component notices the crash");
     server.restart();
@@ -257,7 +255,7 @@ async fn raw_component(port: u16, domain: &str, secret: &str) -> TcpStream {
     let id = text.split("id=").nth(1).expect("stream id");
     let quote = id.chars().next().expect("quote");
     let id = &id[1..id[1..].find(quote).expect("closing quote") + 1];
-    tcp.write_all(common::component::handshake(id, secret).as_bytes()).await.expect("write");
+    tcp.write_all(testkit::component::handshake(id, secret).as_bytes()).await.expect("write");
     let text = read_until(&mut tcp, "<handshake", SHORT).await;
     assert!(text.contains("<handshake"), "{text}");
     tcp
@@ -441,7 +439,7 @@ async fn two_ejabberd_nodes_form_one_cluster_that_routes_between_them() {
     let (vms, epmd) = ([a.pid().expect("a runs"), b.pid().expect("b runs")], cluster.epmd_pid());
     drop(cluster);
     for pid in vms.into_iter().chain([epmd]) {
-        assert!(!common::process::is_alive(pid), "pid {pid} outlives the cluster");
+        assert!(!testkit::process::is_alive(pid), "pid {pid} outlives the cluster");
     }
 }
 
@@ -514,22 +512,22 @@ async fn the_same_scenario_runs_against_prosody_and_ejabberd() {
 
 #[test]
 fn config_templates_render_without_leftover_placeholders() {
-    let config = common::server::prosody::render_config(1, 2, "/tmp/x", "s", "info").expect("renders");
+    let config = testkit::server::prosody::render_config(1, 2, "/tmp/x", "s", "info").expect("renders");
     assert!(config.contains("c2s_ports = { 1 }"));
     assert!(config.contains("component_ports = { 2 }"));
     assert!(config.contains(r#"Component "feeds.localhost""#));
     assert!(config.contains(r#"component_secret = "s""#));
-    assert_eq!(common::xml::base64(b"\0alice\0password"), "AGFsaWNlAHBhc3N3b3Jk");
-    assert_eq!(common::xml::base64(b"ab"), "YWI=");
+    assert_eq!(testkit::xml::base64(b"\0alice\0password"), "AGFsaWNlAHBhc3N3b3Jk");
+    assert_eq!(testkit::xml::base64(b"ab"), "YWI=");
 
-    let config = common::server::ejabberd::render_config(1, 2, 3, "s", "info").expect("renders");
+    let config = testkit::server::ejabberd::render_config(1, 2, 3, "s", "info").expect("renders");
     assert!(config.contains("port: 1\n    ip: \"127.0.0.1\"\n    module: ejabberd_c2s"), "{config}");
     assert!(config.contains("port: 2\n    ip: \"127.0.0.1\"\n    module: ejabberd_service"), "{config}");
     assert!(config.contains("port: 3\n    ip: \"127.0.0.1\"\n    module: ejabberd_http"), "{config}");
     assert!(config.contains("feeds.localhost:\n        password: \"s\""), "{config}");
     assert!(config.contains("bench.localhost:\n        password: \"s\""), "{config}");
     assert!(config.contains("loglevel: info"));
-    let ctl = common::server::ejabberd::render_ctl_config("n_1@localhost", 4, "c00kie", "/tmp/x").expect("renders");
+    let ctl = testkit::server::ejabberd::render_ctl_config("n_1@localhost", 4, "c00kie", "/tmp/x").expect("renders");
     for line in [
         "ERLANG_NODE=n_1@localhost",
         "ERL_DIST_PORT=4",
@@ -541,9 +539,9 @@ fn config_templates_render_without_leftover_placeholders() {
         assert!(ctl.lines().any(|l| l == line), "{line} missing in\n{ctl}");
     }
     assert!(ctl.contains("-setcookie c00kie "), "{ctl}");
-    assert!(common::server::ejabberd::render_config(1, 2, 3, "a\"b", "info").is_err());
-    assert!(common::server::ejabberd::render_ctl_config("n m", 4, "c", "/tmp/x").is_err());
-    let ctl = common::server::ejabberd_cluster::render_cluster_ctl_config("n_a@localhost", 5, "c00kie", "/tmp/x")
+    assert!(testkit::server::ejabberd::render_config(1, 2, 3, "a\"b", "info").is_err());
+    assert!(testkit::server::ejabberd::render_ctl_config("n m", 4, "c", "/tmp/x").is_err());
+    let ctl = testkit::server::ejabberd_cluster::render_cluster_ctl_config("n_a@localhost", 5, "c00kie", "/tmp/x")
         .expect("renders");
     for line in ["ERLANG_NODE=n_a@localhost", "ERL_DIST_PORT=", "export ERL_EPMD_PORT=5"] {
         assert!(ctl.lines().any(|l| l == line), "{line} missing in\n{ctl}");

@@ -19,10 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{COMPONENT_DOMAIN, DEMO_PASSWORD, DEMO_USERS, Server, Setup};
-use crate::common::client::Client;
-use crate::common::component::Component;
-use crate::common::logs::{self, WorkDir};
-use crate::common::process::{Process, free_ports, port_open};
+use crate::client::Client;
+use crate::component::Component;
+use crate::logs::{self, WorkDir};
+use crate::process::{Process, free_ports, port_open};
 
 const PORT_ATTEMPTS: usize = 8;
 /// After a stop, the ports were ours a moment ago: sockets may still be being torn down.

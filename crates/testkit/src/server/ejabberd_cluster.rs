@@ -51,8 +51,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::test_server::fresh_secret;
 use super::{DEMO_USERS, Ejabberd, TestServer, VHOST, installed};
-use crate::common::logs::{self, WorkDir};
-use crate::common::process::{Process, free_port, port_open};
+use crate::logs::{self, WorkDir};
+use crate::process::{Process, free_port, port_open};
 
 /// Attempts at a free port for epmd (another process may take it between pick and bind).
 const EPMD_ATTEMPTS: usize = 8;

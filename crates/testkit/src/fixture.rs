@@ -71,6 +71,12 @@ impl<T> Shared<T> {
     }
 }
 
+impl<T> Default for Shared<T> {
+    fn default() -> Self {
+        Shared::new()
+    }
+}
+
 /// A `static` fixture's cleanup: a `sh` that waits for this test process to end (its stdin
 /// pipe closes) and then removes `dirs` (the temporary directories a never-dropped `static`
 /// would leave behind). Keep the returned child alive as long as the fixture.

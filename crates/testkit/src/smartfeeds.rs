@@ -38,8 +38,32 @@ use super::process::Process;
 use super::server::{COMPONENT_DOMAIN, DEMO_PASSWORD, Server, TestServer, VHOST};
 use super::xml::{stanza_type, to_xml, xml};
 
-/// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_smartfeeds");
+/// The binary under test, found at run time the way Cargo's integration tests see it: the
+/// environment variable `CARGO_BIN_EXE_smartfeeds` if set, else `smartfeeds` in the
+/// directory Cargo puts binaries in, one up from the test executable's own
+/// (`target/debug/deps/..`). Panics naming the path when there is no binary there.
+pub fn bin() -> PathBuf {
+    const VAR: &str = "CARGO_BIN_EXE_smartfeeds";
+    let (path, from) = match std::env::var_os(VAR) {
+        Some(path) => (PathBuf::from(path), format!("as {VAR} says")),
+        None => {
+            let exe = std::env::current_exe().unwrap_or_else(|e| panic!("cannot find the test executable: {e}"));
+            let mut dir = exe.parent().expect("an executable is in a directory").to_path_buf();
+            if dir.ends_with("deps") {
+                dir.pop();
+            }
+            (dir.join(format!("smartfeeds{}", std::env::consts::EXE_SUFFIX)), format!("{VAR} is not set"))
+        }
+    };
+    assert!(
+        path.is_file(),
+        "the smartfeeds binary is not at {} ({from}): build it with `cargo build --bin smartfeeds`, \
+         or run the tests through Cargo",
+        path.display()
+    );
+    path
+}
+
 /// The default top-level keys of the generated config.
 pub const DEFAULT_TOP: &str = "admins = [\"admin@localhost\"]\nautocreate = true\n";
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -150,7 +174,7 @@ impl Smartfeeds {
     }
 
     fn spawn_and_wait(&mut self) {
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(bin());
         command.arg("--config").arg(self.config_path()).current_dir(self.dir());
         command.env("RUST_LOG", "info").env_remove("SMARTFEEDS_SECRET");
         self.process = Some(Process::spawn(command, &self.log_path()).unwrap_or_else(|e| panic!("{e}")));

@@ -14,10 +14,10 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use testkit::postgres_server::TempServer;
 
 use super::client::Client;
 use super::logs;
+use super::postgres_server::TempServer;
 use super::process::free_port;
 use super::pubsub::entry;
 use super::push::parse_push;

@@ -38,13 +38,13 @@ use minidom::Element;
 use super::ejabberd_cluster::render_cluster_ctl_config;
 use super::prosody::no_leftover;
 use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST, installed};
-use crate::common::process::{Process, descendants, send_signal};
-use crate::common::xml::{NS_CLIENT, error_condition, stanza_type};
+use crate::process::{Process, descendants, send_signal};
+use crate::xml::{NS_CLIENT, error_condition, stanza_type};
 
 /// The server configuration template, `ejabberd/ejabberd.yml`.
-pub const CONFIG_TEMPLATE: &str = include_str!("../../../ejabberd/ejabberd.yml");
+pub const CONFIG_TEMPLATE: &str = include_str!("../../../../ejabberd/ejabberd.yml");
 /// The ejabberdctl configuration template, `ejabberd/ejabberdctl.cfg`.
-pub const CTL_CONFIG_TEMPLATE: &str = include_str!("../../../ejabberd/ejabberdctl.cfg");
+pub const CTL_CONFIG_TEMPLATE: &str = include_str!("../../../../ejabberd/ejabberdctl.cfg");
 /// Name resolution for the Erlang VM (`ERL_INETRC`): the hosts file first, `localhost` fixed.
 pub const INETRC: &str = "{lookup,[\"file\",\"native\"]}.\n{host,{127,0,0,1},[\"localhost\"]}.\n";
 

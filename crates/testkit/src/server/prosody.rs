@@ -17,7 +17,7 @@
 //! `SMARTFEEDS_KEEP_PROSODY=1` keeps the temporary directory and prints where it is.
 //!
 //! [`Prosody::federated`] is the same server with server-to-server on: one of the two of a
-//! federation test, with the settings of [`S2s`] (`tests/common/federation.rs`).
+//! federation test, with the settings of [`S2s`] ([`federation`](crate::federation)).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -26,16 +26,16 @@ use std::process::Command;
 use minidom::Element;
 
 use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST, installed};
-use crate::common::federation::S2s;
-use crate::common::logs;
-use crate::common::process::Process;
-use crate::common::xml::{NS_CLIENT, error_condition, stanza_type};
+use crate::federation::S2s;
+use crate::logs;
+use crate::process::Process;
+use crate::xml::{NS_CLIENT, error_condition, stanza_type};
 
 /// The configuration template, `prosody/prosody.cfg.lua`.
-pub const CONFIG_TEMPLATE: &str = include_str!("../../../prosody/prosody.cfg.lua");
+pub const CONFIG_TEMPLATE: &str = include_str!("../../../../prosody/prosody.cfg.lua");
 /// The repo's `prosody/` directory, where `mod_component_multicast.lua` lives (the
 /// template's `plugin_paths`).
-pub const PLUGIN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/prosody");
+pub const PLUGIN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../prosody");
 /// The variable `prosody/prosody.cfg.lua` reads: `off` leaves the multicast service out.
 pub const MULTICAST_ENV: &str = "SMARTFEEDS_PROSODY_MULTICAST";
 /// Prosody's namespace for "the component is not connected".
