@@ -3,6 +3,7 @@
 //! remove a subscription, statistics; nobody else sees or runs them.
 
 use minidom::Element;
+use testkit::adhoc::{COMMANDS, command, field, status, values};
 use testkit::pubsub::*;
 use testkit::smartfeeds::Smartfeeds;
 use testkit::start_selected;
@@ -13,32 +14,6 @@ const TABLES: &str = r#"
 name = "news"
 publishers = ["bot@localhost"]
 "#;
-const CMDS: &str = "http://jabber.org/protocol/commands";
-
-fn command(node: &str, form: Option<&str>) -> Element {
-    let body = form.map_or(String::new(), |f| format!("<x xmlns='jabber:x:data' type='submit'>{f}</x>"));
-    xml(&format!(
-        "<iq type='set' to='feeds.localhost'><command xmlns='{CMDS}' node='{node}' action='execute'>{body}</command></iq>"
-    ))
-}
-
-fn field(var: &str, value: &str) -> String {
-    format!("<field var='{var}'><value>{value}</value></field>")
-}
-
-/// The values of a field of the command's form.
-fn values(reply: &Element, var: &str) -> Vec<String> {
-    let cmd = reply.get_child("command", CMDS).unwrap_or_else(|| panic!("no command in {}", to_xml(reply)));
-    let form = cmd.get_child("x", "jabber:x:data").unwrap_or_else(|| panic!("no form in {}", to_xml(reply)));
-    form.children()
-        .filter(|f| f.attr("var") == Some(var))
-        .flat_map(|f| f.children().filter(|v| v.name() == "value").map(|v| v.text()))
-        .collect()
-}
-
-fn status(reply: &Element) -> String {
-    reply.get_child("command", CMDS).and_then(|c| c.attr("status")).unwrap_or("").to_string()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admins_run_commands_and_nobody_else_does() {
@@ -57,7 +32,7 @@ async fn admins_run_commands_and_nobody_else_does() {
 
     // The command list: all five for an admin, none for anyone else.
     let list = xml(&format!(
-        "<iq type='get' to='feeds.localhost'><query xmlns='http://jabber.org/protocol/disco#items' node='{CMDS}'/></iq>"
+        "<iq type='get' to='feeds.localhost'><query xmlns='http://jabber.org/protocol/disco#items' node='{COMMANDS}'/></iq>"
     ));
     let nodes = |r: &Element| -> Vec<String> {
         r.get_child("query", "http://jabber.org/protocol/disco#items")
@@ -85,7 +60,7 @@ async fn admins_run_commands_and_nobody_else_does() {
     // create-feed: a form first, then the feed.
     let r = admin.iq(command("create-feed", None)).await;
     assert_eq!(status(&r), "executing", "{}", to_xml(&r));
-    assert!(r.get_child("command", CMDS).unwrap().get_child("x", "jabber:x:data").is_some());
+    assert!(r.get_child("command", COMMANDS).unwrap().get_child("x", "jabber:x:data").is_some());
     let r = admin.iq(command("create-feed", Some(&field("name", "events")))).await;
     assert_eq!(status(&r), "completed", "{}", to_xml(&r));
     let pull = pull(&mut alice, &Pull::node("events").max(0)).await;

@@ -1,10 +1,7 @@
 //! The command line (SPEC §8), without any server: `smartfeeds check-config --config FILE`
 //! exits 0 for a usable file and 2 with a clear reason on stderr otherwise, never panicking.
 
-use std::path::Path;
-use std::process::{Command, Output};
-
-use testkit::smartfeeds::bin;
+use testkit::smartfeeds::{assert_accepted, assert_refused, check_config, run_bin};
 
 const GOOD: &str = r#"admins = ["admin@localhost"]
 autocreate = true
@@ -35,79 +32,40 @@ access = "whitelist"
 allowed = ["bob@localhost", "*@example.net"]
 "#;
 
-fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(bin());
-    cmd.args(args).current_dir(dir).env_remove("SMARTFEEDS_SECRET").env("RUST_LOG", "info");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", bin().display()))
-}
-
-/// Writes `text` as `smartfeeds.toml` in a fresh directory and runs `check-config` on it.
-fn check(text: &str, env: &[(&str, &str)]) -> (Output, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    std::fs::write(dir.path().join("smartfeeds.toml"), text).expect("write the config");
-    let out = run(dir.path(), &["check-config", "--config", "smartfeeds.toml"], env);
-    (out, dir)
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Exit 2, no panic, and every `needles` in stderr; returns stderr.
-#[track_caller]
-fn assert_refused(out: &Output, needles: &[&str]) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "an unusable config exits 2: {}", describe(out));
-    assert!(!stderr.contains("panicked"), "no panic: {}", describe(out));
-    for needle in needles {
-        assert!(stderr.contains(needle), "stderr says {needle:?}: {}", describe(out));
-    }
-    stderr
-}
-
 #[test]
 fn a_good_config_passes() {
-    let (out, dir) = check(GOOD, &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    let (out, dir) = check_config(GOOD, &[]);
+    assert_accepted(&out);
     assert!(!dir.path().join("smartfeeds.db").exists(), "checking the config does not create the database");
 
     // The shortest usable file: a domain and a secret.
-    let (out, _dir) = check("[component]\njid = \"feeds.example.com\"\nsecret = \"s\"\n", &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let (out, _dir) = check_config("[component]\njid = \"feeds.example.com\"\nsecret = \"s\"\n", &[]);
+    assert_accepted(&out);
 
     // SMARTFEEDS_SECRET supplies the secret.
     let (out, _dir) =
-        check("[component]\njid = \"feeds.example.com\"\n", &[("SMARTFEEDS_SECRET", "from-the-environment")]);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        check_config("[component]\njid = \"feeds.example.com\"\n", &[("SMARTFEEDS_SECRET", "from-the-environment")]);
+    assert_accepted(&out);
 }
 
 #[test]
 fn a_missing_file_is_named() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(dir.path(), &["check-config", "--config", "does-not-exist.toml"], &[]);
+    let out = run_bin(dir.path(), &["check-config", "--config", "does-not-exist.toml"], &[]);
     assert_refused(&out, &["does-not-exist.toml"]);
     // Running the component with it fails the same way.
-    let out = run(dir.path(), &["--config", "does-not-exist.toml"], &[]);
+    let out = run_bin(dir.path(), &["--config", "does-not-exist.toml"], &[]);
     assert_refused(&out, &["does-not-exist.toml"]);
 }
 
 #[test]
 fn a_toml_syntax_error_gives_its_line() {
     let text = GOOD.replace("autocreate = true", "autocreate = tru");
-    let (out, _dir) = check(&text, &[]);
+    let (out, _dir) = check_config(&text, &[]);
     assert_refused(&out, &["line 2"]);
     let text = GOOD.replace("[limits]", "[limits");
     let line = GOOD.lines().position(|l| l == "[limits]").unwrap() + 1;
-    let (out, _dir) = check(&text, &[]);
+    let (out, _dir) = check_config(&text, &[]);
     assert_refused(&out, &[&format!("line {line}")]);
 }
 
@@ -122,7 +80,7 @@ fn invalid_jids_are_named() {
     ] {
         let text = GOOD.replace(from, to);
         assert_ne!(text, GOOD);
-        let (out, _dir) = check(&text, &[]);
+        let (out, _dir) = check_config(&text, &[]);
         assert_refused(&out, &[needle]);
     }
 }
@@ -141,13 +99,13 @@ fn unknown_keys_and_bad_values_are_named() {
     ] {
         let text = GOOD.replace(from, to);
         assert_ne!(text, GOOD);
-        let (out, _dir) = check(&text, &[]);
+        let (out, _dir) = check_config(&text, &[]);
         assert_refused(&out, needles);
     }
     // A config without its [component] table.
-    let (out, _dir) = check("admins = []\n", &[]);
+    let (out, _dir) = check_config("admins = []\n", &[]);
     assert_refused(&out, &["component"]);
     // An empty secret and no SMARTFEEDS_SECRET.
-    let (out, _dir) = check(&GOOD.replace("secret = \"secret\"", "secret = \"\""), &[]);
+    let (out, _dir) = check_config(&GOOD.replace("secret = \"secret\"", "secret = \"\""), &[]);
     assert_refused(&out, &["secret"]);
 }

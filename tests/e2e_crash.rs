@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 use minidom::Element;
 use testkit::pubsub::*;
 use testkit::push::{subscribe_iq, subscriptions};
+use testkit::server::COMPONENT_DOMAIN;
+use testkit::server::prosody::COMPONENT_NS;
 use testkit::smartfeeds::Smartfeeds;
 use testkit::{Client, Connection, Prosody, Server, TestServer, error_condition, set_attr, stanza_type, to_xml};
 
@@ -35,8 +37,6 @@ const UPDATES_PER_ROUND: usize = 40;
 /// SIGKILL rounds.
 const ROUNDS: usize = 4;
 const FEED: &str = "crash";
-/// Prosody's namespace for "the component is not connected".
-const PROSODY_COMPONENT: &str = "xmpp:prosody.im/protocol/component";
 
 const TABLES: &str = r#"
 [limits]
@@ -122,12 +122,8 @@ fn is_prosody_bounce(reply: &Element) -> bool {
     stanza_type(reply) == "error"
         && reply.attr("from") == Some(COMPONENT_DOMAIN)
         && error_condition(reply).as_deref() == Some("remote-server-timeout")
-        && reply
-            .get_child("error", testkit::xml::NS_CLIENT)
-            .is_some_and(|e| e.has_child("not-connected", PROSODY_COMPONENT))
+        && reply.get_child("error", testkit::xml::NS_CLIENT).is_some_and(|e| e.has_child("not-connected", COMPONENT_NS))
 }
-
-const COMPONENT_DOMAIN: &str = "feeds.localhost";
 
 /// Every item of a view, walking pages of 500 from `after` (or the start) to the end, and
 /// the view's `<count>` as the first page gave it.

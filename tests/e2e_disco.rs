@@ -8,9 +8,9 @@ use std::collections::{BTreeSet, HashMap};
 use minidom::Element;
 use testkit::fixture::{Fixture, Shared};
 use testkit::pubsub::*;
+use testkit::server::COMPONENT_DOMAIN as COMPONENT;
 use testkit::{Client, stanza_type, to_xml, xml};
 
-const COMPONENT: &str = "feeds.localhost";
 const TABLES: &str = r#"
 [[feeds]]
 name = "alpha"

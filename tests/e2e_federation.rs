@@ -8,11 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-use testkit::federation::{Federation, REMOTE, metric};
+use testkit::federation::{Federation, REMOTE};
 use testkit::process::free_port;
 use testkit::pubsub::*;
 use testkit::push::*;
-use testkit::smartfeeds::Smartfeeds;
+use testkit::smartfeeds::{Smartfeeds, bot_feeds, closed_feed, metric_total};
 use testkit::{Client, error_condition, stanza_type, to_xml, xml};
 
 const NEWS: &str = "news?order=created";
@@ -29,25 +29,17 @@ bounce_limit = 2
 listen = "127.0.0.1:{metrics_port}"
 
 [[feeds]]
-name = "news"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "club"
-publishers = ["bot@localhost"]
-access = "whitelist"
-allowed = ["*@{REMOTE}"]
-
-[[feeds]]
 name = "board"
 publishers = ["alice@{REMOTE}"]
-"#
+{}{}"#,
+        bot_feeds(&["news"]),
+        closed_feed("club", &[&format!("*@{REMOTE}")]),
     )
 }
 
-async fn publish(bot: &mut Client, node: &str, id: &str) {
-    let reply = bot.iq(publish_iq(node, Some(id), &entry(&format!("urn:{id}"), id, None, &[]))).await;
-    assert_eq!(stanza_type(&reply), "result", "publish {id}: {}", to_xml(&reply));
+/// Publishes the item `id` to `news`.
+async fn publish_news(bot: &mut Client, id: &str) {
+    publish(bot, "news", id, &small_entry(id)).await;
 }
 
 /// Pulls the whole view after `after` (or from the start) in pages of `max`.
@@ -79,7 +71,7 @@ fn bare(cursor: Cursor) -> String {
 async fn wait_metric(port: u16, name: &str, at_least: f64) -> f64 {
     let deadline = Instant::now() + S2S;
     loop {
-        let value = metric(port, name);
+        let value = metric_total(port, name);
         if value >= at_least || Instant::now() > deadline {
             return value;
         }
@@ -94,7 +86,7 @@ async fn a_remote_user_pulls_subscribes_and_catches_up_after_her_server_was_away
     let feeds = Smartfeeds::start(&fed.home, &tables(metrics));
     let mut bot = fed.home.login("bot").await;
     for i in 1..=5 {
-        publish(&mut bot, "news", &format!("n{i}")).await;
+        publish_news(&mut bot, &format!("n{i}")).await;
     }
 
     // Discovery over s2s: the service, then a node.
@@ -117,7 +109,7 @@ async fn a_remote_user_pulls_subscribes_and_catches_up_after_her_server_was_away
     // Subscribe; a push carries the SHIM headers that chain onto the pulled page.
     let me = alice.bare_jid().to_string();
     subscribe(&mut alice, NEWS, &me).await;
-    publish(&mut bot, "news", "n6").await;
+    publish_news(&mut bot, "n6").await;
     let push = next_push(&mut alice, S2S).await;
     assert_eq!((push.node.as_str(), push.item_id(), push.total), (NEWS, "n6", Some(6)), "{}", push.raw);
     assert_eq!(push.previous.as_deref(), Some(bare(n5).as_str()), "PreviousCursor is n5's cursor: {}", push.raw);
@@ -137,15 +129,15 @@ async fn a_remote_user_pulls_subscribes_and_catches_up_after_her_server_was_away
     // Her server goes away while pushes are due: each push bounces with Prosody's
     // `remote-server-not-found` (type cancel), more often than `bounce_limit`, and none of
     // those bounces costs her the subscriptions.
-    let bounced_before = metric(metrics, "smartfeeds_pushes_bounced_total");
+    let bounced_before = metric_total(metrics, "smartfeeds_pushes_bounced_total");
     fed.remote.stop();
     for i in 7..=10 {
-        publish(&mut bot, "news", &format!("n{i}")).await;
+        publish_news(&mut bot, &format!("n{i}")).await;
         wait_metric(metrics, "smartfeeds_pushes_bounced_total", bounced_before + f64::from(i - 6)).await;
     }
-    let removed = metric(metrics, "smartfeeds_subscriptions_removed_total");
+    let removed = metric_total(metrics, "smartfeeds_subscriptions_removed_total");
     assert_eq!(removed, 0.0, "a server that is away cost its users their subscriptions\n{}", feeds.log_tail(20));
-    let bounced = metric(metrics, "smartfeeds_pushes_bounced_total") - bounced_before;
+    let bounced = metric_total(metrics, "smartfeeds_pushes_bounced_total") - bounced_before;
     assert!(bounced >= 3.0, "pushes to the stopped server bounce (got {bounced})\n{}", fed.home.log_tail(30));
     let failed = "Sending error replies for 1 queued stanzas because of failed outgoing connection to remote.test";
     assert!(fed.home.log_tail(2000).contains(failed), "Prosody bounced them itself: {}", fed.home.log_tail(60));
@@ -158,7 +150,7 @@ async fn a_remote_user_pulls_subscribes_and_catches_up_after_her_server_was_away
     let mut nodes: Vec<String> = parse_subscriptions(&subs).into_iter().map(|s| s.node).collect();
     nodes.sort();
     assert_eq!(nodes, ["club", NEWS], "subscriptions kept: {}", to_xml(&subs));
-    publish(&mut bot, "news", "n11").await;
+    publish_news(&mut bot, "n11").await;
     let push = next_push(&mut alice, S2S).await;
     assert_eq!(push.item_id(), "n11", "{}", push.raw);
     assert_ne!(push.previous.as_deref(), Some(seen.as_str()), "the gap shows in PreviousCursor: {}", push.raw);
@@ -169,7 +161,7 @@ async fn a_remote_user_pulls_subscribes_and_catches_up_after_her_server_was_away
     // Unsubscribe: no more pushes.
     let reply = alice.iq(unsubscribe_iq(NEWS, &me)).await;
     assert_eq!(stanza_type(&reply), "result", "{}", to_xml(&reply));
-    publish(&mut bot, "news", "n12").await;
+    publish_news(&mut bot, "n12").await;
     assert_no_message(&mut alice, Duration::from_secs(2), "after unsubscribing").await;
 }
 

@@ -26,12 +26,12 @@ use minidom::Element;
 use testkit::fixture::{Fixture, Shared};
 use testkit::pubsub::*;
 use testkit::push::{subscribe_iq, unsubscribe_iq};
+use testkit::server::COMPONENT_DOMAIN as COMPONENT;
 use testkit::xml::{NS_STANZAS, base64};
 use testkit::{Client, error_condition, stanza_type, to_xml, xml};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const COMPONENT: &str = "feeds.localhost";
 const MAX_PAYLOAD: usize = 200_000;
 const MAX_IDS: usize = 500;
 /// Prosody 0.12's default `c2s_stanza_size_limit`.
@@ -67,9 +67,7 @@ async fn seed(fx: &Fixture) {
     let mut bot = fx.server.login("bot").await;
     for i in 0..5 {
         let id = format!("h{i}");
-        let e = entry(&format!("urn:{id}"), &id, Some("Ann"), &["c"]);
-        let reply = bot.iq(publish_iq("h", Some(&id), &e)).await;
-        assert_eq!(stanza_type(&reply), "result", "{}", to_xml(&reply));
+        publish(&mut bot, "h", &id, &entry(&format!("urn:{id}"), &id, Some("Ann"), &["c"])).await;
     }
 }
 

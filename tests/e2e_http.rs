@@ -6,82 +6,30 @@
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::{Duration, Instant};
+use testkit::http::{ADMIN, ALICE, BOT, EVE, HttpFixture, http_table, put_entry};
 use testkit::process::free_port;
 use testkit::pubsub::*;
 use testkit::push::{next_push, subscribe};
-use testkit::{Client, Fixture, Shared as SharedFixture};
+use testkit::smartfeeds::{bot_feeds, closed_feed, titled_feed};
+use testkit::{Client, Shared};
 
-const BOT: &str = "bot-token-0123456789";
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
-const EVE: &str = "eve-token-0123456789ab";
+static SHARED: Shared<HttpFixture> = Shared::new();
 
-/// The shared fixture (server + smartfeeds with HTTP) and the HTTP face's base URL.
-struct Shared {
-    fx: Fixture,
-    base: String,
-}
-
-static SHARED: SharedFixture<Shared> = SharedFixture::new();
-
-fn shared() -> &'static Shared {
+/// The shared fixture: a server and smartfeeds with the HTTP face.
+fn shared() -> &'static HttpFixture {
     SHARED.get_or_start(|| {
-        let port = free_port();
-        let tables = format!(
-            r#"
-[http]
-listen = "127.0.0.1:{port}"
-max_timeout = 30
-archive_page = 5
-
-[[http.tokens]]
-jid = "bot@localhost"
-token = "{BOT}"
-[[http.tokens]]
-jid = "admin@localhost"
-token = "{ADMIN}"
-[[http.tokens]]
-jid = "alice@localhost"
-token = "{ALICE}"
-[[http.tokens]]
-jid = "eve@localhost"
-token = "{EVE}"
-
-[[feeds]]
-name = "pages"
-publishers = ["bot@localhost"]
-[[feeds]]
-name = "secret"
-publishers = ["bot@localhost"]
-access = "whitelist"
-allowed = ["alice@localhost"]
-[[feeds]]
-name = "hostile"
-publishers = ["bot@localhost"]
-[[feeds]]
-name = "lp"
-publishers = ["bot@localhost"]
-[[feeds]]
-name = "sse"
-publishers = ["bot@localhost"]
-[[feeds]]
-name = "arch"
-publishers = ["bot@localhost"]
-[[feeds]]
-name = "cross"
-publishers = ["bot@localhost"]
-[[feeds]]
-name = "page"
-title = "The page feed"
-publishers = ["bot@localhost"]
-"#
-        );
-        Shared { fx: Fixture::start(&tables), base: format!("http://127.0.0.1:{port}") }
+        HttpFixture::start(|port| {
+            let http = http_table(port, "max_timeout = 30\narchive_page = 5\n", &["bot", "admin", "alice", "eve"]);
+            let plain = bot_feeds(&["pages", "hostile", "lp", "sse", "arch", "cross"]);
+            let secret = closed_feed("secret", &["alice@localhost"]);
+            let page = titled_feed("page", "The page feed");
+            [http, plain, secret, page].concat()
+        })
     })
 }
 
 fn url(path: &str) -> String {
-    format!("{}{path}", shared().base)
+    shared().url(path)
 }
 
 fn http() -> reqwest::Client {
@@ -90,14 +38,7 @@ fn http() -> reqwest::Client {
 
 /// PUTs an entry as `token`; returns the answer's JSON.
 async fn put(feed: &str, id: &str, entry: &str, token: &str) -> Value {
-    let res = http()
-        .put(url(&format!("/feeds/{feed}/items/{id}")))
-        .bearer_auth(token)
-        .header("content-type", "application/atom+xml")
-        .body(entry.to_string())
-        .send()
-        .await
-        .expect("PUT");
+    let res = put_entry(&http(), &shared().base, feed, id, token, entry).await.expect("PUT");
     assert_eq!(res.status(), StatusCode::OK, "PUT {feed}/{id}");
     res.json().await.expect("JSON")
 }
@@ -149,20 +90,11 @@ async fn a_view_walked_over_http_has_the_pages_counts_and_cursors_of_xmpp() {
         ("pages?order=created&author=ann", "?order=created&author=ann"),
     ] {
         // XMPP, page by page.
-        let mut xmpp = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let mut p = Pull::node(node).max(4);
-            if let Some(a) = &after {
-                p = p.after(a);
-            }
-            let page = pull(&mut alice, &p).await;
-            if page.items.is_empty() {
-                break;
-            }
-            xmpp.push((page.ids(), page.count.expect("a count"), page.last.clone()));
-            after = page.last.clone();
-        }
+        let xmpp: Vec<_> = pages(&mut alice, Pull::node(node).max(4))
+            .await
+            .into_iter()
+            .map(|page| (page.ids(), page.count.expect("a count"), page.last.clone()))
+            .collect();
         // HTTP, following `next`.
         let mut http_pages = Vec::new();
         let mut next = Some(url(&format!("/feeds/pages/{query}{}max=4", if query.is_empty() { "?" } else { "&" })));

@@ -8,39 +8,18 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
-use testkit::Fixture;
-use testkit::process::free_port;
+use testkit::Shared;
+use testkit::http::{BOT, HttpFixture, http_table, put_entry};
+use testkit::smartfeeds::titled_feed;
 
-const BOT: &str = "bot-token-0123456789";
+static SHARED: Shared<HttpFixture> = Shared::new();
 
-struct Shared {
-    _fx: Fixture,
-    base: String,
-}
-
-fn shared() -> &'static Shared {
-    static SHARED: OnceLock<Shared> = OnceLock::new();
-    SHARED.get_or_init(|| {
-        let port = free_port();
-        let tables = format!(
-            r#"
-[http]
-listen = "127.0.0.1:{port}"
-archive_page = 3
-
-[[http.tokens]]
-jid = "bot@localhost"
-token = "{BOT}"
-
-[[feeds]]
-name = "described"
-title = "Described"
-publishers = ["bot@localhost"]
-"#
-        );
-        Shared { _fx: Fixture::start(&tables), base: format!("http://127.0.0.1:{port}") }
+fn shared() -> &'static HttpFixture {
+    SHARED.get_or_start(|| {
+        HttpFixture::start(|port| {
+            http_table(port, "archive_page = 3\n", &["bot"]) + &titled_feed("described", "Described")
+        })
     })
 }
 
@@ -59,14 +38,7 @@ async fn publish(n: usize) -> Vec<Value> {
     let s = shared();
     let mut answers = Vec::new();
     for i in 0..n {
-        let res = http()
-            .put(format!("{}/feeds/described/items/e{i}", s.base))
-            .bearer_auth(BOT)
-            .header("content-type", "application/atom+xml")
-            .body(entry(i))
-            .send()
-            .await
-            .expect("PUT");
+        let res = put_entry(&http(), &s.base, "described", &format!("e{i}"), BOT, &entry(i)).await.expect("PUT");
         assert_eq!(res.status(), StatusCode::OK);
         answers.push(res.json().await.expect("JSON"));
     }

@@ -6,18 +6,15 @@
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
+use testkit::Shared;
+use testkit::http::{ADMIN, BOT, EVE, HttpFixture, http_table, put_entry};
 use testkit::process::free_port;
 use testkit::pubsub::entry;
-use testkit::smartfeeds::scrape_metrics;
-use testkit::{Fixture, Shared};
+use testkit::smartfeeds::{bot_feeds, scrape_metrics};
 
-const EVE: &str = "eve-token-0123456789ab";
-const ADMIN: &str = "admin-token-0123456789";
-const BOT: &str = "bot-token-0123456789";
-
+/// The shared fixture and smartfeeds' metrics port.
 struct Ports {
-    _fx: Fixture,
-    http: u16,
+    fx: HttpFixture,
     metrics: u16,
 }
 
@@ -25,9 +22,10 @@ static FX: Shared<Ports> = Shared::new();
 
 fn ports() -> &'static Ports {
     FX.get_or_start(|| {
-        let (http, metrics) = (free_port(), free_port());
-        let tables = format!(
-            r#"
+        let metrics = free_port();
+        let fx = HttpFixture::start(|http| {
+            format!(
+                r#"
 [limits]
 requests_per_second = 2
 request_burst = 3
@@ -36,30 +34,18 @@ request_backlog = 2
 [metrics]
 listen = "127.0.0.1:{metrics}"
 
-[http]
-listen = "127.0.0.1:{http}"
-
-[[http.tokens]]
-jid = "eve@localhost"
-token = "{EVE}"
-[[http.tokens]]
-jid = "admin@localhost"
-token = "{ADMIN}"
-[[http.tokens]]
-jid = "bot@localhost"
-token = "{BOT}"
-
-[[feeds]]
-name = "rated"
-publishers = ["bot@localhost"]
-"#
-        );
-        Ports { _fx: Fixture::start(&tables), http, metrics }
+{}
+{}"#,
+                http_table(http, "", &["eve", "admin", "bot"]),
+                bot_feeds(&["rated"])
+            )
+        });
+        Ports { fx, metrics }
     })
 }
 
 fn url(path: &str) -> String {
-    format!("http://127.0.0.1:{}{path}", ports().http)
+    ports().fx.url(path)
 }
 
 fn scrape() -> String {
@@ -150,14 +136,7 @@ async fn metrics_show_held_long_polls_and_count_routes() {
     }
     assert_eq!(seen, before, "a long-poll whose client left is no longer held");
     // A publish over HTTP and an unknown route are counted under their routes.
-    let res = client
-        .put(url("/feeds/rated/items/m1"))
-        .bearer_auth(BOT)
-        .header("content-type", "application/atom+xml")
-        .body(entry("urn:m1", "m", None, &[]))
-        .send()
-        .await
-        .unwrap();
+    let res = put_entry(&client, &ports().fx.base, "rated", "m1", BOT, &entry("urn:m1", "m", None, &[])).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(client.get(url("/nowhere")).bearer_auth(ADMIN).send().await.unwrap().status(), StatusCode::NOT_FOUND);
     let text = scrape();

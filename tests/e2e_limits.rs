@@ -14,6 +14,7 @@ use minidom::Element;
 use testkit::fixture::{Fixture, Shared};
 use testkit::pubsub::*;
 use testkit::push::{subscribe_iq, subscriptions, unsubscribe_iq};
+use testkit::smartfeeds::{bot_feeds, feeds};
 use testkit::{Client, Connection, error_condition, set_attr, stanza_type, to_xml, xml};
 
 const DEFAULT_PAGE: usize = 5;
@@ -26,7 +27,8 @@ const RATE: f64 = 100.0;
 const BURST: usize = 50;
 const BACKLOG: usize = 500;
 
-const TABLES: &str = r#"
+/// The limits under test (the constants above).
+const LIMITS: &str = r#"
 [limits]
 default_page = 5
 max_page = 20
@@ -37,69 +39,29 @@ max_subscriptions_per_feed = 4
 requests_per_second = 100.0
 request_burst = 50.0
 request_backlog = 500.0
-
-[[feeds]]
-name = "sizes"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "pages"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "ids"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "subs-a"
-
-[[feeds]]
-name = "subs-b"
-
-[[feeds]]
-name = "subs-c"
-
-[[feeds]]
-name = "subs-d"
-
-[[feeds]]
-name = "popular"
-
-[[feeds]]
-name = "flood"
-publishers = ["bot@localhost"]
 "#;
 
 static FIXTURE: Shared<Fixture> = Shared::new();
 
 fn fixture() -> &'static Fixture {
-    FIXTURE.get_or_start(|| Fixture::start(TABLES))
+    FIXTURE.get_or_start(|| {
+        let published = bot_feeds(&["sizes", "pages", "ids", "flood"]);
+        let subscribed = feeds(&["subs-a", "subs-b", "subs-c", "subs-d", "popular"], "");
+        Fixture::start(&format!("{LIMITS}\n{published}{subscribed}"))
+    })
 }
 
 /// A user of this test alone, logged in.
 async fn user(name: &str) -> Client {
-    let fx = fixture();
-    fx.server.create_user(name, "password");
-    fx.server.login(name).await
-}
-
-/// Publishes `n` small items `{prefix}{i}` and checks each is acknowledged.
-async fn seed(bot: &mut Connection, feed: &str, prefix: &str, n: usize) -> Vec<String> {
-    let ids: Vec<String> = (0..n).map(|i| format!("{prefix}{i:03}")).collect();
-    let iqs = ids.iter().map(|id| publish_iq(feed, Some(id), &entry(&format!("urn:{id}"), id, None, &[]))).collect();
-    for reply in iq_all(bot, iqs).await {
-        assert_eq!(stanza_type(&reply), "result", "{}", to_xml(&reply));
-    }
-    ids
+    fixture().server.user(name).await
 }
 
 /// Publishes `n` small items `{prefix}{i}` one after the other, so their created order is
 /// their numbering (pipelined publishes commit in any order).
 async fn seed_in_order(bot: &mut Connection, feed: &str, prefix: &str, n: usize) -> Vec<String> {
-    let ids: Vec<String> = (0..n).map(|i| format!("{prefix}{i:03}")).collect();
+    let ids = numbered(prefix, n);
     for id in &ids {
-        let reply = bot.iq(publish_iq(feed, Some(id), &entry(&format!("urn:{id}"), id, None, &[]))).await;
-        assert_eq!(stanza_type(&reply), "result", "{}", to_xml(&reply));
+        publish(bot, feed, id, &small_entry(id)).await;
     }
     ids
 }
@@ -168,18 +130,8 @@ async fn page_size_is_clamped_to_max_page() {
 
     // Walking with a large max still reaches every item once.
     let mut seen = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let mut req = Pull::node(node).max(1000);
-        if let Some(a) = &after {
-            req = req.after(a);
-        }
-        let page = pull(&mut alice, &req).await;
+    for page in pages(&mut alice, Pull::node(node).max(1000)).await {
         assert!(page.items.len() <= MAX_PAGE);
-        if page.items.is_empty() {
-            break;
-        }
-        after = page.last.clone();
         seen.extend(page.ids());
     }
     assert_eq!(seen, ids, "every item once, in order, in pages of at most {MAX_PAGE}");
@@ -189,7 +141,8 @@ async fn page_size_is_clamped_to_max_page() {
 async fn ids_per_request_are_limited() {
     let fx = fixture();
     let mut bot = fx.server.login("bot").await;
-    let ids = seed(&mut bot, "ids", "id", MAX_IDS + 5).await;
+    let ids = numbered("id", MAX_IDS + 5);
+    publish_small(&mut bot, "ids", &ids).await;
     let mut reader = user("ids-reader").await;
 
     // Exactly max_ids: served.
@@ -330,7 +283,7 @@ async fn a_flood_from_one_sender_slows_only_that_sender() {
     let fx = fixture();
     let _turn = HEAVY.lock().await;
     let mut bot = fx.server.login("bot").await;
-    seed(&mut bot, "flood", "f", 30).await;
+    publish_small(&mut bot, "flood", &numbered("f", 30)).await;
     let mut flooder = user("flooder").await;
     let mut calm = user("calm").await;
     const FLOOD: usize = 2000;

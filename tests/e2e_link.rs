@@ -41,27 +41,24 @@ fn back_within(down: Duration) -> Duration {
     Duration::from_secs(10) + down
 }
 
-async fn publish(host: &TestServer, ids: std::ops::Range<u32>) {
+/// Publishes the items `n{i}` for `ids` to `news`, pipelined.
+async fn publish_news(host: &TestServer, ids: std::ops::Range<u32>) {
     let mut bot = host.login("bot").await;
-    let iqs =
-        ids.map(|i| publish_iq("news", Some(&format!("n{i}")), &entry(&format!("urn:n{i}"), "t", None, &[]))).collect();
-    for reply in iq_all(&mut bot, iqs).await {
-        assert_eq!(stanza_type(&reply), "result", "{}", testkit::to_xml(&reply));
-    }
+    publish_small(&mut bot, "news", &ids.map(|i| format!("n{i}")).collect::<Vec<_>>()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn comes_back_after_the_server_restarts_or_dies() {
     let mut host = start_selected();
     let sf = Smartfeeds::start(&host, TABLES);
-    publish(&host, 0..20).await;
+    publish_news(&host, 0..20).await;
 
     // A clean restart, then a SIGKILL with the server down for a while.
     let down = Instant::now();
     host.restart();
     let back = served_within(&host, back_within(down.elapsed())).await;
     eprintln!("{}: served again {back:?} after a restart ({:?} down)", host.name(), down.elapsed() - back);
-    publish(&host, 20..40).await;
+    publish_news(&host, 20..40).await;
 
     host.kill();
     let down = Instant::now();

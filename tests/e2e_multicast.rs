@@ -20,7 +20,6 @@ use testkit::{Client, Kind, TestServer, stanza_type, to_xml, xml};
 
 const PUSH_WAIT: Duration = Duration::from_secs(5);
 const QUIET: Duration = Duration::from_millis(300);
-const PASSWORD: &str = "multicast-password";
 const ADDRESS: &str = "http://jabber.org/protocol/address";
 
 /// A server, smartfeeds serving feed `mc` on it, and smartfeeds' metrics port.
@@ -44,8 +43,7 @@ impl Setup {
     }
 
     async fn user(&self, name: &str) -> Client {
-        self.server().create_user(name, PASSWORD);
-        Client::connect(self.server().c2s_port(), &format!("{name}@localhost"), PASSWORD).await
+        self.server().user(name).await
     }
 
     /// A counter of smartfeeds' metrics (`smartfeeds_NAME_total`).

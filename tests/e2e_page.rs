@@ -12,61 +12,41 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::http::{BOT, HttpFixture, http_table, put_entry};
 use testkit::process::free_port;
 use testkit::push::{next_push, subscribe};
 use testkit::server::COMPONENT_DOMAIN;
-use testkit::{Client, Fixture, Shared as SharedFixture};
+use testkit::smartfeeds::{closed_feed, titled_feed};
+use testkit::{Client, Shared};
 use tokio_tungstenite::tungstenite::Message;
 
-const BOT: &str = "bot-token-0123456789";
 const ATOM: &str = "http://www.w3.org/2005/Atom";
 /// What a script that got through would do: rename the tab, add an element, set a global.
 const PWN: &str = "document.title='pwned';window.pwned=1;document.body.appendChild(Object.assign(document.createElement('p'),{id:'pwned'}))";
 
-struct Shared {
-    fx: Fixture,
-    base: String,
-}
+static SHARED: Shared<HttpFixture> = Shared::new();
 
-static SHARED: SharedFixture<Shared> = SharedFixture::new();
-
-fn shared() -> &'static Shared {
+fn shared() -> &'static HttpFixture {
     SHARED.get_or_start(|| {
-        let port = free_port();
-        let mut tables = format!(
-            r#"
-[http]
-listen = "127.0.0.1:{port}"
-
-[[http.tokens]]
-jid = "bot@localhost"
-token = "{BOT}"
-
-[[feeds]]
-name = "secret"
-publishers = ["bot@localhost"]
-access = "whitelist"
-allowed = ["alice@localhost"]
-"#
-        );
-        for (name, title) in [
-            ("reader", "Reader"),
-            ("journal", "Smart feeds journal"),
-            ("older", "Older"),
-            ("live", "Live"),
-            ("hostile", "Hostile"),
-            ("links", "Links"),
-        ] {
-            tables.push_str(&format!(
-                "[[feeds]]\nname = \"{name}\"\ntitle = \"{title}\"\npublishers = [\"bot@localhost\"]\n"
-            ));
-        }
-        Shared { fx: Fixture::start(&tables), base: format!("http://127.0.0.1:{port}") }
+        HttpFixture::start(|port| {
+            let mut tables = http_table(port, "", &["bot"]) + &closed_feed("secret", &["alice@localhost"]);
+            for (name, title) in [
+                ("reader", "Reader"),
+                ("journal", "Smart feeds journal"),
+                ("older", "Older"),
+                ("live", "Live"),
+                ("hostile", "Hostile"),
+                ("links", "Links"),
+            ] {
+                tables.push_str(&titled_feed(name, title));
+            }
+            tables
+        })
     })
 }
 
 fn url(path: &str) -> String {
-    format!("{}{path}", shared().base)
+    shared().url(path)
 }
 
 fn http() -> reqwest::Client {
@@ -97,14 +77,7 @@ fn unesc(s: &str) -> String {
 }
 
 async fn put(feed: &str, id: &str, entry: &str) {
-    let res = http()
-        .put(url(&format!("/feeds/{feed}/items/{id}")))
-        .bearer_auth(BOT)
-        .header("content-type", "application/atom+xml")
-        .body(entry.to_string())
-        .send()
-        .await
-        .expect("PUT");
+    let res = put_entry(&http(), &shared().base, feed, id, BOT, entry).await.expect("PUT");
     assert_eq!(res.status(), StatusCode::OK, "PUT {feed}/{id}: {}", res.text().await.unwrap_or_default());
 }
 

@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use minidom::Element;
 use testkit::fixture::{Fixture, Shared};
 use testkit::pubsub::*;
+use testkit::server::COMPONENT_DOMAIN as COMPONENT;
 use testkit::smartfeeds::Smartfeeds;
 use testkit::{stanza_type, start_selected, to_xml, xml};
 
@@ -66,8 +67,6 @@ fn assert_result(reply: &Element) {
     assert_eq!(stanza_type(reply), "result", "{}", to_xml(reply));
     assert_eq!(reply.attr("from"), Some(COMPONENT), "{}", to_xml(reply));
 }
-
-const COMPONENT: &str = "feeds.localhost";
 
 #[tokio::test]
 async fn publish_with_and_without_an_id() {

@@ -25,56 +25,16 @@ use minidom::Element;
 use testkit::fixture::{Fixture, Shared};
 use testkit::pubsub::*;
 use testkit::push::*;
+use testkit::smartfeeds::{bot_feeds, closed_feed};
 use testkit::{Client, Kind, TestServer, stanza_type, to_xml, xml};
 
-const TABLES: &str = r#"
-[push]
-bounce_limit = 2
-
-[[feeds]]
-name = "news"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "subs"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "closed"
-publishers = ["bot@localhost"]
-access = "whitelist"
-allowed = ["p2-insider@localhost"]
-
-[[feeds]]
-name = "gap"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "rs"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "bounce"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "meta"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "burst"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "gone"
-publishers = ["bot@localhost"]
-"#;
+/// The push settings: two permanent delivery errors in a row remove a JID's subscriptions.
+const PUSH: &str = "[push]\nbounce_limit = 2\n";
 
 /// How long a push may take to arrive.
 const PUSH_WAIT: Duration = Duration::from_secs(5);
 /// How long we wait for pushes that must not come.
 const QUIET: Duration = Duration::from_millis(500);
-const PASSWORD: &str = "push-password";
 
 /// The shared server and smartfeeds; the restart test restarts the smartfeeds.
 static FIXTURE: Shared<Mutex<Fixture>> = Shared::new();
@@ -82,7 +42,11 @@ static FIXTURE: Shared<Mutex<Fixture>> = Shared::new();
 static GATE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 fn fixture() -> std::sync::MutexGuard<'static, Fixture> {
-    let fixture = FIXTURE.get_or_start(|| Mutex::new(Fixture::start(TABLES)));
+    let fixture = FIXTURE.get_or_start(|| {
+        let plain = bot_feeds(&["news", "subs", "gap", "rs", "bounce", "meta", "burst", "gone"]);
+        let closed = closed_feed("closed", &["p2-insider@localhost"]);
+        Mutex::new(Fixture::start(&format!("{PUSH}\n{plain}{closed}")))
+    });
     fixture.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -92,9 +56,7 @@ fn server() -> &'static TestServer {
 
 /// Logs in `name@localhost` (created on first use), with a fresh resource.
 async fn user(name: &str) -> Client {
-    let p = server();
-    p.create_user(name, PASSWORD);
-    Client::connect(p.c2s_port(), &format!("{name}@localhost"), PASSWORD).await
+    server().user(name).await
 }
 
 async fn bot() -> Client {
@@ -106,9 +68,16 @@ fn versioned(feed: &str, id: &str, version: u32, author: Option<&str>, categorie
     entry(&format!("urn:push-test:{feed}:{id}"), &format!("{id} v{version}"), author, categories)
 }
 
-async fn publish(bot: &mut Client, feed: &str, id: &str, version: u32, author: Option<&str>, categories: &[&str]) {
-    let reply = bot.iq(publish_iq(feed, Some(id), &versioned(feed, id, version, author, categories))).await;
-    assert_eq!(stanza_type(&reply), "result", "publish {feed}/{id} v{version}: {}", to_xml(&reply));
+/// Publishes the version `version` of the item `id` ([`versioned`]).
+async fn publish_version(
+    bot: &mut Client,
+    feed: &str,
+    id: &str,
+    version: u32,
+    author: Option<&str>,
+    categories: &[&str],
+) {
+    publish(bot, feed, id, &versioned(feed, id, version, author, categories)).await;
 }
 
 async fn retract(bot: &mut Client, feed: &str, id: &str) {
@@ -280,7 +249,7 @@ async fn each_subscriber_gets_exactly_its_views_changes_in_order_with_pull_consi
         let (id, created, retraction, noop) = match op {
             Op::Publish { id, version, author, categories } => {
                 let created = !model.contains_key(id);
-                publish(&mut bot, feed, id, *version, Some(author), categories).await;
+                publish_version(&mut bot, feed, id, *version, Some(author), categories).await;
                 model.insert(id, (author, false));
                 (*id, created, false, false)
             }
@@ -510,7 +479,7 @@ async fn subscription_management_and_its_error_conditions() {
     let reply = alice.iq(unsubscribe_iq(node, "p2-alice@localhost")).await;
     assert_error(&reply, "unexpected-request", Some("not-subscribed"));
 
-    publish(&mut bot, "subs", "s1", 1, Some("x"), &["c"]).await;
+    publish_version(&mut bot, "subs", "s1", 1, Some("x"), &["c"]).await;
     let push = next_push(&mut bob, PUSH_WAIT).await;
     assert_eq!((push.node.as_str(), push.item_id()), (node, "s1"), "{}", push.raw);
     // Alice: one push for the modified view, one for the created view with category=c
@@ -540,7 +509,7 @@ async fn subscription_management_and_its_error_conditions() {
     assert_eq!(subscriptions(&mut alice, Some(node)).await, vec![]);
     let reply = alice.iq(unsubscribe_iq(node, &alice_full)).await;
     assert_error(&reply, "unexpected-request", Some("not-subscribed"));
-    publish(&mut bot, "subs", "s1", 2, Some("x"), &["c"]).await;
+    publish_version(&mut bot, "subs", "s1", 2, Some("x"), &["c"]).await;
     let push = next_push(&mut bob, PUSH_WAIT).await;
     assert_eq!(push.item_id(), "s1", "{}", push.raw);
     assert_no_message(&mut alice, QUIET, "alice unsubscribed from the modified view").await;
@@ -594,7 +563,7 @@ async fn a_client_back_from_offline_sees_the_gap_and_pulls_exactly_what_it_misse
     let node = "gap?order=modified";
     let mut bot = bot().await;
     for id in ["g1", "g2", "g3"] {
-        publish(&mut bot, feed, id, 1, Some("a"), &[]).await;
+        publish_version(&mut bot, feed, id, 1, Some("a"), &[]).await;
     }
 
     // Bootstrap as Smart Feeds says: subscribe to the modified view, pull, keep L. The
@@ -613,7 +582,7 @@ async fn a_client_back_from_offline_sees_the_gap_and_pulls_exactly_what_it_misse
     let page = pull(&mut carol, &Pull::node(node).before("").max(1)).await;
     let mut l = page.last_cursor().spec().strip_prefix("cursor:").expect("cursor:").to_string();
 
-    publish(&mut bot, feed, "g4", 1, Some("a"), &[]).await;
+    publish_version(&mut bot, feed, "g4", 1, Some("a"), &[]).await;
     let push = next_push(&mut carol, PUSH_WAIT).await;
     check_envelope(&push, "p3-carol@localhost");
     assert_eq!(push.previous.as_deref(), Some(l.as_str()), "in sync: PreviousCursor is L: {}", push.raw);
@@ -624,12 +593,12 @@ async fn a_client_back_from_offline_sees_the_gap_and_pulls_exactly_what_it_misse
     // longer verifies and the service falls back to its time).
     carol.close().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    publish(&mut bot, feed, "g5", 1, Some("a"), &[]).await;
-    publish(&mut bot, feed, "g1", 2, Some("a"), &[]).await;
-    publish(&mut bot, feed, "g4", 2, Some("a"), &[]).await;
+    publish_version(&mut bot, feed, "g5", 1, Some("a"), &[]).await;
+    publish_version(&mut bot, feed, "g1", 2, Some("a"), &[]).await;
+    publish_version(&mut bot, feed, "g4", 2, Some("a"), &[]).await;
     retract(&mut bot, feed, "g2").await;
-    publish(&mut bot, feed, "g6", 1, Some("a"), &[]).await;
-    publish(&mut bot, feed, "g5", 2, Some("a"), &[]).await;
+    publish_version(&mut bot, feed, "g6", 1, Some("a"), &[]).await;
+    publish_version(&mut bot, feed, "g5", 2, Some("a"), &[]).await;
     let mut witnessed = Vec::new();
     while witnessed.last().map(String::as_str) != Some("g5 v2") {
         let push = next_push(&mut witness, PUSH_WAIT).await;
@@ -641,7 +610,7 @@ async fn a_client_back_from_offline_sees_the_gap_and_pulls_exactly_what_it_misse
     let mut carol = user("p3-carol").await;
     // The premise: what was pushed meanwhile is gone (neither host keeps headlines).
     assert_no_message(&mut carol, QUIET, "the server drops headlines for an offline user").await;
-    publish(&mut bot, feed, "g7", 1, Some("a"), &[]).await;
+    publish_version(&mut bot, feed, "g7", 1, Some("a"), &[]).await;
     let push = next_push(&mut carol, PUSH_WAIT).await;
     check_envelope(&push, "p3-carol@localhost");
     assert_eq!(push.item_id(), "g7", "{}", push.raw);
@@ -690,7 +659,7 @@ async fn a_client_back_from_offline_sees_the_gap_and_pulls_exactly_what_it_misse
     assert_eq!(titles, expected.map(|t| t.map(String::from)).to_vec());
 
     // Back in sync: the next push follows on.
-    publish(&mut bot, feed, "g8", 1, Some("a"), &[]).await;
+    publish_version(&mut bot, feed, "g8", 1, Some("a"), &[]).await;
     let push = next_push(&mut carol, PUSH_WAIT).await;
     assert_eq!(push.previous.as_deref(), Some(pushed_last.as_str()), "in sync again: {}", push.raw);
     assert_no_message(&mut carol, QUIET, "after the last change").await;
@@ -708,7 +677,7 @@ async fn subscriptions_survive_a_component_restart() {
     let dave_full = dave.jid().to_string();
     let created = subscribe(&mut dave, "rs?order=created", &dave_full).await;
     let modified = subscribe(&mut dave, "rs?order=modified", "p4-dave@localhost").await;
-    publish(&mut bot, "rs", "r1", 1, None, &[]).await;
+    publish_version(&mut bot, "rs", "r1", 1, None, &[]).await;
     let mut last: HashMap<String, String> = HashMap::new();
     for _ in 0..2 {
         let push = next_push(&mut dave, PUSH_WAIT).await;
@@ -720,7 +689,7 @@ async fn subscriptions_survive_a_component_restart() {
     fixture().feeds.restart();
 
     assert_eq!(subscriptions(&mut dave, None).await, before, "the same subscriptions after the restart");
-    publish(&mut bot, "rs", "r2", 1, None, &[]).await;
+    publish_version(&mut bot, "rs", "r2", 1, None, &[]).await;
     let mut seen = Vec::new();
     for _ in 0..2 {
         let push = next_push(&mut dave, PUSH_WAIT).await;
@@ -783,7 +752,7 @@ async fn a_subscriber_that_keeps_bouncing_is_unsubscribed_after_the_bounce_limit
     let bounces = [("wait", "resource-constraint"), ("cancel", "service-unavailable"), ("cancel", "item-not-found")];
     for (k, (error_type, condition)) in bounces.iter().enumerate() {
         let id = format!("b{k}");
-        publish(&mut bot, feed, &id, 1, None, &[]).await;
+        publish_version(&mut bot, feed, &id, 1, None, &[]).await;
         let push = next_push(&mut frank, PUSH_WAIT).await;
         assert_eq!(push.item_id(), id, "{}", push.raw);
         let push = next_push(&mut erin, PUSH_WAIT).await;
@@ -804,7 +773,7 @@ async fn a_subscriber_that_keeps_bouncing_is_unsubscribed_after_the_bounce_limit
         fixture().feeds.log_tail(30)
     );
 
-    publish(&mut bot, feed, "b3", 1, None, &[]).await;
+    publish_version(&mut bot, feed, "b3", 1, None, &[]).await;
     let push = next_push(&mut frank, PUSH_WAIT).await;
     assert_eq!(push.item_id(), "b3", "frank, who never bounced, still gets pushes: {}", push.raw);
     assert_no_message(&mut erin, QUIET, "erin was unsubscribed").await;
@@ -815,7 +784,7 @@ async fn a_subscriber_that_keeps_bouncing_is_unsubscribed_after_the_bounce_limit
     erin.close().await;
     let mut erin = user("p5-erin").await;
     assert_eq!(subscriptions(&mut erin, None).await, vec![], "erin's subscription is gone after a new login");
-    publish(&mut bot, feed, "b4", 1, None, &[]).await;
+    publish_version(&mut bot, feed, "b4", 1, None, &[]).await;
     let push = next_push(&mut frank, PUSH_WAIT).await;
     assert_eq!(push.item_id(), "b4", "{}", push.raw);
     assert_no_message(&mut erin, QUIET, "erin was unsubscribed").await;
@@ -842,7 +811,7 @@ async fn a_deleted_accounts_subscription_goes_where_the_server_bounces_its_pushe
     host.delete_user("p7-ivan");
 
     for id in ["x1", "x2", "x3"] {
-        publish(&mut bot, feed, id, 1, None, &[]).await;
+        publish_version(&mut bot, feed, id, 1, None, &[]).await;
         let push = next_push(&mut judy, PUSH_WAIT).await;
         assert_eq!(push.item_id(), id, "judy, who exists, gets every push: {}", push.raw);
     }
@@ -861,7 +830,7 @@ async fn a_deleted_accounts_subscription_goes_where_the_server_bounces_its_pushe
         assert_eq!(num_subscribers(&mut judy, node).await.as_deref(), Some("2"), "ivan's subscription stays");
     }
     // Either way the others are not affected.
-    publish(&mut bot, feed, "x4", 1, None, &[]).await;
+    publish_version(&mut bot, feed, "x4", 1, None, &[]).await;
     assert_eq!(next_push(&mut judy, PUSH_WAIT).await.item_id(), "x4");
 }
 

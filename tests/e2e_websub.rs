@@ -9,16 +9,14 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use testkit::process::Process;
+use testkit::adhoc::{command, field, values};
+use testkit::http::{ALICE, BOT, EVE, HttpFixture, http_table, put_entry};
+use testkit::process::{Process, free_port};
 use testkit::pubsub::{entry, publish_iq, retract_iq};
 use testkit::push::{next_push, subscribe as xmpp_subscribe};
-use testkit::smartfeeds::bin;
+use testkit::smartfeeds::{bin, bot_feeds, closed_feed};
 use testkit::websub::*;
-use testkit::{Client, Fixture, Shared as SharedFixture};
-
-const BOT: &str = "bot-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
-const EVE: &str = "eve-token-0123456789ab";
+use testkit::{Client, Shared};
 
 /// Hub settings for tests: private callbacks allowed (they are on loopback), short leases
 /// and retries.
@@ -32,47 +30,17 @@ max_attempts = 3
 timeout = 2.0
 "#;
 
-struct Shared {
-    fx: Fixture,
-    base: String,
-}
+static SHARED: Shared<HttpFixture> = Shared::new();
 
-static SHARED: SharedFixture<Shared> = SharedFixture::new();
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
-
-fn feeds(names: &[&str]) -> String {
-    names.iter().map(|n| format!("[[feeds]]\nname = \"{n}\"\npublishers = [\"bot@localhost\"]\n")).collect()
-}
-
-fn shared() -> &'static Shared {
+fn shared() -> &'static HttpFixture {
     SHARED.get_or_start(|| {
-        let port = free_port();
-        let tables = format!(
-            r#"
-[http]
-listen = "127.0.0.1:{port}"
-[[http.tokens]]
-jid = "bot@localhost"
-token = "{BOT}"
-[[http.tokens]]
-jid = "alice@localhost"
-token = "{ALICE}"
-[[http.tokens]]
-jid = "eve@localhost"
-token = "{EVE}"
-{HUB}
-[[feeds]]
-name = "closed"
-publishers = ["bot@localhost"]
-access = "whitelist"
-allowed = ["alice@localhost"]
-{}"#,
-            feeds(&["verify", "requests", "content", "order", "gone", "lease", "slow", "cross", "admin", "redirect"])
-        );
-        Shared { fx: Fixture::start(&tables), base: format!("http://127.0.0.1:{port}") }
+        HttpFixture::start(|port| {
+            let http = http_table(port, "", &["bot", "alice", "eve"]);
+            let closed = closed_feed("closed", &["alice@localhost"]);
+            let feeds =
+                ["verify", "requests", "content", "order", "gone", "lease", "slow", "cross", "admin", "redirect"];
+            format!("{http}{HUB}{closed}{}", bot_feeds(&feeds))
+        })
     })
 }
 
@@ -86,14 +54,8 @@ fn topic(feed_and_query: &str) -> String {
 
 /// PUTs an entry over HTTP as the bot; returns the item's cursor in the modified order.
 async fn put(base: &str, feed: &str, id: &str) -> String {
-    let res = reqwest::Client::new()
-        .put(format!("{base}/feeds/{feed}/items/{id}"))
-        .bearer_auth(BOT)
-        .header("content-type", "application/atom+xml")
-        .body(entry(&format!("urn:{id}"), &format!("title {id}"), None, &[]))
-        .send()
-        .await
-        .expect("PUT");
+    let entry = entry(&format!("urn:{id}"), &format!("title {id}"), None, &[]);
+    let res = put_entry(&reqwest::Client::new(), base, feed, id, BOT, &entry).await.expect("PUT");
     assert_eq!(res.status(), 200, "PUT {feed}/{id}");
     let doc: serde_json::Value = res.json().await.expect("JSON");
     doc["cursor"].as_str().expect("a cursor").to_string()
@@ -414,29 +376,11 @@ async fn admins_see_websub_subscriptions_in_list_feeds_and_subscribers() {
     let t = topic("admin/?order=modified");
     subscribed(&hub(), &t, &cb, &[]).await;
     let mut admin = sh.fx.server.login("admin").await;
-    let command = |node: &str, form: &str| {
-        testkit::xml(&format!(
-            "<iq type='set' to='feeds.localhost'><command xmlns='{CMDS}' node='{node}' action='execute'>{form}</command></iq>"
-        ))
-    };
-    let r = admin.iq(command("list-feeds", "")).await;
+    let r = admin.iq(command("list-feeds", None)).await;
     assert!(values(&r, "feeds").contains(&"admin: 0 items, 1 subscriptions".to_string()), "{}", testkit::to_xml(&r));
-    let form = "<x xmlns='jabber:x:data' type='submit'><field var='feed'><value>admin</value></field></x>";
-    let r = admin.iq(command("subscribers", form)).await;
+    let r = admin.iq(command("subscribers", Some(&field("feed", "admin")))).await;
     assert_eq!(values(&r, "subscriptions"), [format!("{} {t}", cb.url)]);
     admin.close().await;
-}
-
-const CMDS: &str = "http://jabber.org/protocol/commands";
-
-/// The values of a field of an ad-hoc command's form.
-fn values(reply: &minidom::Element, var: &str) -> Vec<String> {
-    let form = reply.get_child("command", CMDS).and_then(|c| c.get_child("x", "jabber:x:data"));
-    form.into_iter()
-        .flat_map(|f| f.children())
-        .filter(|f| f.attr("var") == Some(var))
-        .flat_map(|f| f.children().filter(|v| v.name() == "value").map(|v| v.text()))
-        .collect()
 }
 
 // ----- a process of its own: default hub settings, a backlog limit, a crash -----
@@ -456,10 +400,10 @@ impl Alone {
         let config = format!(
             "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\nserver = \"127.0.0.1:1\"\n\
              [store]\npath = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\
-             [http]\nlisten = \"127.0.0.1:{port}\"\n[[http.tokens]]\njid = \"bot@localhost\"\ntoken = \"{BOT}\"\n\
-             {hub}\n{}",
+             {}{hub}\n{}",
             dir.path().join("feeds.db").display(),
-            feeds(&["f"])
+            http_table(port, "", &["bot"]),
+            bot_feeds(&["f"])
         );
         std::fs::write(dir.path().join("c.toml"), config).unwrap();
         let mut alone = Alone {

@@ -3,7 +3,7 @@
 //! that smartfeeds connects as) and a **remote** server (`remote.test`) whose users reach
 //! the component only through their own server and the s2s link.
 //!
-//! ```ignore
+//! ```text
 //! let fed = Federation::start();
 //! let feeds = Smartfeeds::start(&fed.home, TABLES);      // both are TestServer<Prosody>
 //! let mut alice = fed.remote.login("alice").await;       // alice@remote.test
@@ -42,8 +42,6 @@
 //! own domain ([`Server::vhost`](super::server::Server::vhost)).
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -147,17 +145,4 @@ unbound = {{ hoststxt = "{data}/hosts"; resolvconf = false;
                 .to_string()
         })
     }
-}
-
-/// The value of a Prometheus counter or gauge (summed over its labels) from smartfeeds'
-/// `GET /metrics` on `127.0.0.1:port`.
-pub fn metric(port: u16, name: &str) -> f64 {
-    let mut tcp = TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| panic!("metrics on {port}: {e}"));
-    tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").expect("a request");
-    let mut body = String::new();
-    tcp.read_to_string(&mut body).expect("an answer");
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-        .sum()
 }

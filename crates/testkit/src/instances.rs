@@ -1,7 +1,7 @@
 //! Several smartfeeds processes on one PostgreSQL database (SPEC §12), for the end-to-end
 //! tests of instances sharing a component domain: a fresh database on the private
 //! PostgreSQL server of the test binary, and instances of one configuration (the feed
-//! `shared`, `bot@localhost` its publisher, over XMPP and through the HTTP token [`BOT`]),
+//! `shared`, `bot@localhost` its publisher, over XMPP and through its HTTP token [`BOT`]),
 //! each told which server addresses to try and where its HTTP face listens.
 //!
 //! ```ignore
@@ -16,16 +16,14 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 
 use super::client::Client;
+use super::http::{BOT, http_table, put_entry};
 use super::logs;
 use super::postgres_server::TempServer;
 use super::process::free_port;
-use super::pubsub::entry;
+use super::pubsub::small_entry;
 use super::push::parse_push;
 use super::server::{Server, TestServer};
-use super::smartfeeds::Smartfeeds;
-
-/// The HTTP bearer token of `bot@localhost`, the feed's publisher.
-pub const BOT: &str = "bot-token-0123456789";
+use super::smartfeeds::{Smartfeeds, bot_feeds};
 
 /// A fresh database on the test binary's private PostgreSQL server.
 pub async fn fresh_database() -> String {
@@ -61,17 +59,11 @@ secret = "{secret}"
 server = {servers:?}
 [store]
 url = "{url}"
-[http]
-listen = "127.0.0.1:{http}"
-[[http.tokens]]
-jid = "bot@localhost"
-token = "{BOT}"
-[hub]
+{}[hub]
 allow_private_callbacks = true
-[[feeds]]
-name = "shared"
-publishers = ["bot@localhost"]
-{tables}"#
+{}{tables}"#,
+            http_table(http, "", &["bot"]),
+            bot_feeds(&["shared"]),
         )
     });
     http_ready(&sf, http).await;
@@ -102,14 +94,8 @@ pub async fn wait_logged(sf: &Smartfeeds, offset: u64, text: &str, limit: Durati
 /// publisher, through the instance whose HTTP face is on `port`; what went wrong, if
 /// anything (a refusal, or no answer from an instance that is down).
 pub async fn put_shared(client: &reqwest::Client, port: u16, id: &str) -> Result<(), String> {
-    let res = client
-        .put(format!("http://127.0.0.1:{port}/feeds/shared/items/{id}"))
-        .bearer_auth(BOT)
-        .header("content-type", "application/atom+xml")
-        .body(entry(&format!("urn:{id}"), id, None, &[]))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
+    let base = format!("http://127.0.0.1:{port}");
+    let res = put_entry(client, &base, "shared", id, BOT, &small_entry(id)).await.map_err(|e| e.to_string())?;
     match res.status() {
         StatusCode::OK => Ok(()),
         status => Err(format!("{status} {}", res.text().await.unwrap_or_default())),

@@ -9,9 +9,9 @@
 //!   `ejabberd`) selects ([`server`]) — a minimal c2s client ([`client::Client`]), a raw
 //!   XEP-0114 component ([`component::Component`]), the real binary
 //!   ([`smartfeeds::Smartfeeds`]), a fixture shared by a test binary ([`fixture`]), the
-//!   stanzas a pubsub client sends and reads ([`pubsub`], [`push`]), several instances on one
-//!   database ([`instances`]), a federation ([`federation`]), a WebSub callback ([`websub`])
-//!   and XML helpers ([`xml`]).
+//!   stanzas a pubsub client sends and reads ([`pubsub`], [`push`], [`adhoc`]), the HTTP face
+//!   ([`http`]), several instances on one database ([`instances`]), a federation
+//!   ([`federation`]), a WebSub callback ([`websub`]) and XML helpers ([`mod@xml`]).
 //!
 //! ```ignore
 //! use testkit::{start_selected, xml};
@@ -22,11 +22,13 @@
 //! let reply = alice.iq(xml(r#"<iq type="get" to="feeds.localhost">…</iq>"#)).await;
 //! ```
 
+pub mod adhoc;
 pub mod client;
 pub mod component;
 pub mod connection;
 pub mod federation;
 pub mod fixture;
+pub mod http;
 pub mod instances;
 pub mod logs;
 pub mod memory_store;
@@ -43,6 +45,7 @@ pub use client::Client;
 pub use component::Component;
 pub use connection::{Connection, REPLY_TIMEOUT};
 pub use fixture::{Fixture, Shared};
+pub use http::HttpFixture;
 pub use server::{Ejabberd, EjabberdCluster, Kind, Prosody, Server, TestServer, start_selected};
 pub use smartfeeds::Smartfeeds;
 pub use xml::{error_condition, set_attr, stanza_type, to_xml, with_attr, xml};

@@ -216,7 +216,7 @@ fn bindir() -> Result<PathBuf, String> {
 /// as publishes 40 to a millisecond would have been (created and modified keys alike,
 /// author `a0`…`a6`), counts included: a million-item feed for benchmarks in a minute,
 /// where a million publishes would take an hour of round trips. For a database that
-/// [`PostgresStore::connect`](super::PostgresStore::connect) has migrated.
+/// `PostgresStore::connect` (`store-postgres`) has migrated.
 pub async fn fill_feed(url: &str, feed: &str, n: u64, base_ms: i64) -> Result<(), String> {
     let (client, conn) = tokio_postgres::connect(url, NoTls).await.map_err(|e| e.to_string())?;
     let task = tokio::spawn(conn);

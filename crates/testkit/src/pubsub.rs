@@ -40,6 +40,17 @@ pub fn entry(atom_id: &str, title: &str, author: Option<&str>, categories: &[&st
     s
 }
 
+/// The smallest entry for the item `id`: Atom id `urn:ID`, title `ID`, no author, no
+/// category.
+pub fn small_entry(id: &str) -> String {
+    entry(&format!("urn:{id}"), id, None, &[])
+}
+
+/// `n` item ids, `PREFIX000`, `PREFIX001`, …
+pub fn numbered(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i:03}")).collect()
+}
+
 /// `<iq type="set"><pubsub><publish node><item id?>PAYLOAD</item></publish></pubsub></iq>`.
 pub fn publish_iq(node: &str, id: Option<&str>, payload: &str) -> Element {
     let id = id.map(|i| format!(r#" id="{}""#, esc(i))).unwrap_or_default();
@@ -253,6 +264,21 @@ pub async fn iq_all(conn: &mut Connection, iqs: Vec<Element>) -> Vec<Element> {
     replies
 }
 
+/// Publishes `payload` as the item `id` of `node` and checks that the reply is a result.
+pub async fn publish(conn: &mut Connection, node: &str, id: &str, payload: &str) {
+    let reply = conn.iq(publish_iq(node, Some(id), payload)).await;
+    assert_eq!(stanza_type(&reply), "result", "publish {node}/{id}: {}", to_xml(&reply));
+}
+
+/// Publishes a [`small_entry`] for each of `ids` to `node`, all at once (pipelined, so they
+/// commit in any order), and checks that each is acknowledged.
+pub async fn publish_small(conn: &mut Connection, node: &str, ids: &[String]) {
+    let iqs = ids.iter().map(|id| publish_iq(node, Some(id), &small_entry(id))).collect();
+    for reply in iq_all(conn, iqs).await {
+        assert_eq!(stanza_type(&reply), "result", "publish to {node}: {}", to_xml(&reply));
+    }
+}
+
 /// Sends the iq and parses the items result.
 pub async fn pull(conn: &mut Connection, pull: &Pull) -> Page {
     let reply = conn.iq(pull.iq()).await;
@@ -260,6 +286,22 @@ pub async fn pull(conn: &mut Connection, pull: &Pull) -> Page {
         panic!("pull {pull:?} failed: {}", to_xml(&reply));
     }
     parse_page(&reply)
+}
+
+/// Every page of a view forward from `request`, each asked for `after` the `<last>` of the
+/// one before, up to the first empty page (not included).
+pub async fn pages(conn: &mut Connection, request: Pull) -> Vec<Page> {
+    let mut out: Vec<Page> = Vec::new();
+    let mut request = request;
+    loop {
+        let page = pull(conn, &request).await;
+        if page.items.is_empty() {
+            return out;
+        }
+        request = request.after(page.last.as_deref().expect("a non-empty page has <last>"));
+        out.push(page);
+        assert!(out.len() < 10_000, "paging {} does not end", request.node);
+    }
 }
 
 /// The `<text/>` of a stanza error.
@@ -306,19 +348,9 @@ pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// Every item of a view, forward by pages of `max` (RSM `after` the last cursor).
+/// Every item of a view, forward by pages of `max` (see [`pages`]).
 pub async fn walk(conn: &mut Connection, node: &str, max: usize) -> Vec<PageItem> {
-    let mut out: Vec<PageItem> = Vec::new();
-    let mut request = Pull::node(node).max(max);
-    loop {
-        let page = pull(conn, &request).await;
-        if page.items.is_empty() {
-            return out;
-        }
-        request = Pull::node(node).max(max).after(page.last.as_deref().expect("a non-empty page has <last>"));
-        out.extend(page.items);
-        assert!(out.len() < 10_000, "paging {node} does not end");
-    }
+    pages(conn, Pull::node(node).max(max)).await.into_iter().flat_map(|page| page.items).collect()
 }
 
 /// Runs a future to completion on a fresh runtime on another thread (usable from `static`

@@ -23,13 +23,19 @@
 //! with the log tail. The process methods block the calling thread (they run their own small
 //! runtime on another thread), so they work from a test body and from a `static` fixture.
 //!
+//! Beside the process: [`bot_feeds`], [`titled_feed`], [`closed_feed`] and [`feeds`] write
+//! `[[feeds]]` tables, [`run_bin`]
+//! and [`check_config`] run the binary to its exit (`check-config`), [`assert_accepted`]
+//! and [`assert_refused`] check how, and [`scrape_metrics`], [`metric`] and
+//! [`metric_total`] read its metrics.
+//!
 //! The process has the watchdog of every [`Process`], so no component outlives its test
 //! binary. `SMARTFEEDS_KEEP_PROSODY=1` or `SMARTFEEDS_KEEP_EJABBERD=1` keeps the temporary
 //! directory (as for the servers').
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::{Command, ExitStatus, Output};
 use std::time::{Duration, Instant};
 
 use super::client::Client;
@@ -262,6 +268,82 @@ fn toml_string(path: &Path) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
+/// The line that makes `bot@localhost` a feed's publisher (see [`bot_feeds`]).
+pub const BOT_PUBLISHES: &str = "publishers = [\"bot@localhost\"]\n";
+
+/// `[[feeds]]` tables, one for each of `names`, each with the same `keys` (TOML lines, such
+/// as [`BOT_PUBLISHES`], or none).
+pub fn feeds(names: &[&str], keys: &str) -> String {
+    names.iter().map(|name| format!("[[feeds]]\nname = \"{name}\"\n{keys}")).collect()
+}
+
+/// `[[feeds]]` tables, one for each of `names`, each published by `bot@localhost`.
+pub fn bot_feeds(names: &[&str]) -> String {
+    feeds(names, BOT_PUBLISHES)
+}
+
+/// A `[[feeds]]` table published by `bot@localhost`, with a title.
+pub fn titled_feed(name: &str, title: &str) -> String {
+    feeds(&[name], &format!("title = \"{title}\"\n{BOT_PUBLISHES}"))
+}
+
+/// A `[[feeds]]` table published by `bot@localhost` that only `allowed` (JIDs or patterns
+/// such as `*@example.net`) may read.
+pub fn closed_feed(name: &str, allowed: &[&str]) -> String {
+    let allowed: Vec<String> = allowed.iter().map(|jid| format!("\"{jid}\"")).collect();
+    feeds(&[name], &format!("{BOT_PUBLISHES}access = \"whitelist\"\nallowed = [{}]\n", allowed.join(", ")))
+}
+
+/// Runs the binary with `args` in `dir` and the environment `env` (besides `RUST_LOG=info`,
+/// and no `SMARTFEEDS_SECRET` unless `env` sets it), to its exit.
+pub fn run_bin(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args).current_dir(dir).env_remove("SMARTFEEDS_SECRET").env("RUST_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", bin().display()))
+}
+
+/// Writes `text` as `smartfeeds.toml` in a fresh directory and runs `check-config` on it
+/// (see [`run_bin`]); the directory goes when the returned one is dropped.
+pub fn check_config(text: &str, env: &[(&str, &str)]) -> (Output, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    fs::write(dir.path().join("smartfeeds.toml"), text).expect("write the config");
+    let out = run_bin(dir.path(), &["check-config", "--config", "smartfeeds.toml"], env);
+    (out, dir)
+}
+
+/// A run's exit code, stdout and stderr, for failure messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Checks that a run accepted its configuration: exit 0, no panic.
+#[track_caller]
+pub fn assert_accepted(out: &Output) {
+    assert_eq!(out.status.code(), Some(0), "a usable config exits 0: {}", describe(out));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"), "no panic: {}", describe(out));
+}
+
+/// Checks that a run refused its configuration: exit 2, no panic, and each of `needles` in
+/// stderr; returns stderr.
+#[track_caller]
+pub fn assert_refused(out: &Output, needles: &[&str]) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "an unusable config exits 2: {}", describe(out));
+    assert!(!stderr.contains("panicked"), "no panic: {}", describe(out));
+    for needle in needles {
+        assert!(stderr.contains(needle), "stderr says {needle:?}: {}", describe(out));
+    }
+    stderr
+}
+
 /// The Prometheus text of a smartfeeds whose `[metrics] listen` is `127.0.0.1:port`, with
 /// the HTTP status line and headers.
 pub fn scrape_metrics(port: u16) -> String {
@@ -273,7 +355,18 @@ pub fn scrape_metrics(port: u16) -> String {
     out
 }
 
-/// The value of the unlabelled sample `name` in a [`scrape_metrics`] text.
+/// The value of the sample `name` (with its labels, if it has any: `name{label="…"}`) in a
+/// [`scrape_metrics`] text.
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The value of the counter or gauge `name` summed over all its labels, from the metrics of
+/// the smartfeeds whose `[metrics] listen` is `127.0.0.1:port` (0 when it has none).
+pub fn metric_total(port: u16, name: &str) -> f64 {
+    scrape_metrics(port)
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
 }

@@ -8,7 +8,7 @@
 //! watchdog, stop, kill and restart, the log tail in failure messages, clients and raw
 //! components. A test names its server, or takes the one `SMARTFEEDS_TEST_SERVER` selects:
 //!
-//! ```ignore
+//! ```text
 //! let prosody = Prosody::start();                 // TestServer<Prosody>
 //! let host = server::start_selected();            // TestServer (dyn Server): Prosody or ejabberd
 //! let mut feeds = host.component().await;         // raw component as feeds.localhost

@@ -8,7 +8,7 @@
 //!
 //! Any other value panics (a typo must not silently test the default).
 //!
-//! ```ignore
+//! ```text
 //! let host = start_selected();                     // TestServer: Prosody or ejabberd
 //! let feeds = Smartfeeds::start(&host, TABLES);    // the real smartfeeds, connected to it
 //! if host.kind() == Kind::Ejabberd { … }           // where the two legitimately differ

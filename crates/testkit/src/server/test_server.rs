@@ -219,6 +219,13 @@ impl<S: Server + ?Sized> TestServer<S> {
         async move { Client::connect(port, &jid, &password).await }
     }
 
+    /// Creates `name@localhost` with the demo password (or gives it that password again)
+    /// and logs it in with a fresh resource: a user of one test.
+    pub fn user(&self, name: &str) -> impl Future<Output = Client> + Send + use<S> {
+        self.create_user(name, DEMO_PASSWORD);
+        self.login(name)
+    }
+
     /// Connects a raw component as `feeds.localhost` with this instance's secret.
     pub fn component(&self) -> impl Future<Output = Component> + Send + use<S> {
         self.component_as(COMPONENT_DOMAIN)

@@ -1,0 +1,87 @@
+//! smartfeeds' HTTP face as the end-to-end tests reach it: the bearer tokens of the demo
+//! users, the `[http]` table that gives them, a shared fixture whose smartfeeds serves HTTP,
+//! and a PUT of an Atom entry.
+//!
+//! ```ignore
+//! static SHARED: Shared<HttpFixture> = Shared::new();
+//! let sh = SHARED.get_or_start(|| {
+//!     HttpFixture::start(|port| format!("{}{}", http_table(port, "", &["bot"]), bot_feeds(&["news"])))
+//! });
+//! let res = put_entry(&reqwest::Client::new(), &sh.base, "news", "n1", BOT, &small_entry("n1")).await;
+//! ```
+
+use super::fixture::Fixture;
+use super::process::free_port;
+use super::server::start_selected;
+
+/// The HTTP bearer token of `bot@localhost`.
+pub const BOT: &str = "bot-token-0123456789";
+/// The HTTP bearer token of `admin@localhost`.
+pub const ADMIN: &str = "admin-token-0123456789";
+/// The HTTP bearer token of `alice@localhost`.
+pub const ALICE: &str = "alice-token-0123456789";
+/// The HTTP bearer token of `eve@localhost`: as long as alice's, and different.
+pub const EVE: &str = "eve-token-0123456789ab";
+
+/// The token of the demo user `user` (`bot`, `admin`, `alice` or `eve`).
+pub fn token(user: &str) -> &'static str {
+    match user {
+        "bot" => BOT,
+        "admin" => ADMIN,
+        "alice" => ALICE,
+        "eve" => EVE,
+        _ => panic!("no HTTP token for {user:?}: the tests have tokens for bot, admin, alice and eve"),
+    }
+}
+
+/// The `[http]` table: listening on `127.0.0.1:port`, with the keys `settings` (TOML lines,
+/// or none), and a `[[http.tokens]]` table for each of the demo `users` ([`token`]).
+pub fn http_table(port: u16, settings: &str, users: &[&str]) -> String {
+    let mut table = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n{settings}");
+    for user in users {
+        table.push_str(&format!("[[http.tokens]]\njid = \"{user}@localhost\"\ntoken = \"{}\"\n", token(user)));
+    }
+    table
+}
+
+/// A [`Fixture`] whose smartfeeds also serves HTTP, on a free loopback port.
+pub struct HttpFixture {
+    pub fx: Fixture,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+}
+
+impl HttpFixture {
+    /// A fresh server and smartfeeds with the tables `tables(port)` returns for a free
+    /// `port`: they have the `[http]` table listening there (see [`http_table`]). The port
+    /// is picked once the server is up, so it is free for as short a time as can be.
+    pub fn start(tables: impl FnOnce(u16) -> String) -> HttpFixture {
+        let server = start_selected();
+        let port = free_port();
+        HttpFixture { fx: Fixture::on(server, &tables(port)), base: format!("http://127.0.0.1:{port}") }
+    }
+
+    /// The URL of `path` (`/feeds/…`) on the HTTP face.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+/// PUTs the Atom `entry` as the item `id` of `feed` through the HTTP face at `base`
+/// (`http://127.0.0.1:PORT`), with the bearer `token`.
+pub async fn put_entry(
+    client: &reqwest::Client,
+    base: &str,
+    feed: &str,
+    id: &str,
+    token: &str,
+    entry: &str,
+) -> reqwest::Result<reqwest::Response> {
+    client
+        .put(format!("{base}/feeds/{feed}/items/{id}"))
+        .bearer_auth(token)
+        .header("content-type", "application/atom+xml")
+        .body(entry.to_string())
+        .send()
+        .await
+}
