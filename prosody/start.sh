@@ -27,16 +27,7 @@
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
-background=0
-stop=0
-for arg in "$@"; do
-	case "$arg" in
-		-b|--background) background=1 ;;
-		--stop) stop=1 ;;
-		-h|--help) sed -n '2,/^set -eu$/{/^#/p}' "$0"; exit 0 ;;
-		*) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
-	esac
-done
+. "$here/../scripts/server-args.sh"
 
 run_dir=${PROSODY_RUN_DIR:-./run/prosody}
 mkdir -p "$run_dir"
