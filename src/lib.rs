@@ -17,13 +17,15 @@
 //!   which also says who receives each change and admits requests at each sender's rate),
 //!   and the Atom entry checks both faces make.
 //! - `crates/store-sqlite`, `crates/store-postgres`: the stores, each the only user of its
-//!   driver; `crates/store-sql` holds the SQL and write jobs both share.
+//!   driver; `crates/store-sql` holds what both share: the one transaction type that
+//!   implements the ports over a driver, the SQL, group commit and the writer thread.
 //! - `crates/xmpp`: the XMPP face: the component link, dispatch, one file per request kind,
 //!   the payloads, the error table, pushes (headlines, multicast).
 //! - `crates/http`: the HTTP face (axum): pulls, long-polls, event streams, archives,
 //!   publishes, the HTML page; and beside it the WebSub hub, which uses the face's modules.
 //! - `crates/metrics`: the Prometheus metrics every part reports to.
-//! - `crates/load`: `smartfeeds-load`, the load tool; `crates/testkit`: what tests share.
+//! - `crates/load`: `smartfeeds-load`, the load tool; `crates/testkit`: what tests share (the
+//!   memory store, a throwaway PostgreSQL, the server harness of the end-to-end tests).
 //!
 //! This package is the program: [`config`] (the TOML file, validated, turned once into the
 //! core's `Policy`), [`app`] (wiring: the store, the service, the faces and the link, run
