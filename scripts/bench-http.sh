@@ -16,8 +16,8 @@
 #
 # Environment: BENCH_POLLS [10000], BENCH_HOLD [60] (seconds each poll asks to be held),
 # BENCH_ARCHIVE_ITEMS [1000000], BENCH_ARCHIVE_ROUNDS [500], BENCH_ONLY (longpoll|archive)
-# [both], BENCH_SKIP_BUILD=1 (use the release binaries as they are), BENCH_OUT (append the
-# JSON lines to this file).
+# [both], BENCH_SKIP_BUILD=1 (use the binaries in target/profiling as they are), BENCH_OUT
+# (append the JSON lines to this file).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,11 +30,11 @@ only=${BENCH_ONLY:-longpoll archive}
 log() { printf 'bench-http: %s\n' "$*" >&2; }
 
 if [ "${BENCH_SKIP_BUILD:-0}" != 1 ]; then
-	log "building release binaries"
-	cargo build --release --quiet --bin smartfeeds --bin smartfeeds-load
+	log "building the binaries (profile profiling: release with symbols)"
+	cargo build --profile profiling --quiet --bin smartfeeds --bin smartfeeds-load
 fi
-smartfeeds=$repo/target/release/smartfeeds
-load=$repo/target/release/smartfeeds-load
+smartfeeds=$repo/target/profiling/smartfeeds
+load=$repo/target/profiling/smartfeeds-load
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/smartfeeds-http-XXXXXX")

@@ -60,7 +60,7 @@
 #   BENCH_DURATION           cap in seconds on each run [300]
 #   BENCH_OUT                also append the JSON lines to this file [none]
 #   BENCH_KEEP=1             keep the temporary directory (logs, databases)
-#   BENCH_SKIP_BUILD=1       use the release binaries as they are
+#   BENCH_SKIP_BUILD=1       use the binaries in target/profiling as they are
 #
 # Needs: prosody and ejabberd (Debian packages), cargo. Everything listens on 127.0.0.1
 # only. The processes started here are stopped on exit, also on error or ctrl-c.
@@ -136,11 +136,11 @@ for host in $hosts; do
 done
 
 if [ "${BENCH_SKIP_BUILD:-0}" != 1 ]; then
-	log "building release binaries"
-	cargo build --release --quiet --bin smartfeeds --bin smartfeeds-load
+	log "building the binaries (profile profiling: release with symbols)"
+	cargo build --profile profiling --quiet --bin smartfeeds --bin smartfeeds-load
 fi
-smartfeeds=$repo/target/release/smartfeeds
-load=$repo/target/release/smartfeeds-load
+smartfeeds=$repo/target/profiling/smartfeeds
+load=$repo/target/profiling/smartfeeds-load
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/smartfeeds-peers-XXXXXX")
 chmod 755 "$tmp" # ejabberd runs as its own user and must reach its run directory

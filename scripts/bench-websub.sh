@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 SUBSCRIBERS=${SUBSCRIBERS:-10000}
 PUBLISHES=${PUBLISHES:-20}
 ROUNDS=${ROUNDS:-3}
-cargo build --release --bin smartfeeds --bin smartfeeds-load >&2
+cargo build --profile profiling --bin smartfeeds --bin smartfeeds-load >&2
 dir=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -45,10 +45,10 @@ publishers = ["admin@localhost"]
 TOML
 for round in $(seq "$ROUNDS"); do
   rm -f "$dir"/feeds.db*
-  RUST_LOG=error target/release/smartfeeds --config "$dir/smartfeeds.toml" >>"$dir/smartfeeds.log" 2>&1 &
+  RUST_LOG=error target/profiling/smartfeeds --config "$dir/smartfeeds.toml" >>"$dir/smartfeeds.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
-  target/release/smartfeeds-load websub --base "http://127.0.0.1:$port" --token "$token" --in-flight 64 \
+  target/profiling/smartfeeds-load websub --base "http://127.0.0.1:$port" --token "$token" --in-flight 64 \
     --subscribers "$SUBSCRIBERS" --publishes "$PUBLISHES" --service-pid "$pid" --label "round $round"
   kill "$pid"; wait "$pid" || true
 done
