@@ -4,7 +4,8 @@
 # the end-to-end tests (tests/e2e_*.rs) again against ejabberd 23.01
 # (SMARTFEEDS_TEST_SERVER=ejabberd; see tests/common/server/select.rs). Installs Prosody, ejabberd,
 # chromium and PostgreSQL (Debian packages; the PostgreSQL store's tests start private servers)
-# if they are missing. Exits non-zero if either run fails; both always run.
+# if they are missing, and cargo-deb (tests/e2e_package.rs builds and installs the Debian
+# package: run as root). Exits non-zero if either run fails; both always run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +23,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The Debian package's test (tests/e2e_package.rs) builds it with cargo-deb (scripts/package.sh).
+if ! cargo deb --version >/dev/null 2>&1; then
+	echo "installing cargo-deb (cargo install --locked cargo-deb)..." >&2
+	cargo install --locked --quiet cargo-deb
+fi
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --quiet -- -D warnings
@@ -34,9 +40,10 @@ if cargo nextest --version >/dev/null 2>&1; then
 	started=$SECONDS
 	# crash, hostile and limits assert Prosody's own answers and timings, and federation runs two
 	# Prosody servers of its own; they run in the Prosody pass only. cluster starts its own
-	# two-node ejabberd cluster whichever server is selected: it already ran in the first pass.
+	# two-node ejabberd cluster whichever server is selected: it already ran in the first pass, as
+	# did package (the Debian package against Prosody; one release build per run is enough).
 	SMARTFEEDS_TEST_SERVER=ejabberd cargo nextest run --no-fail-fast \
-		-E 'binary(/^e2e_/) - binary(/^e2e_(crash|hostile|limits|federation|cluster)$/)' || status=1
+		-E 'binary(/^e2e_/) - binary(/^e2e_(crash|hostile|limits|federation|cluster|package)$/)' || status=1
 	echo "test.sh: end-to-end tests, ejabberd: $((SECONDS - started)) s" >&2
 else
 	SMARTFEEDS_TEST_SERVER=prosody cargo test --no-fail-fast || status=1
