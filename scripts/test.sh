@@ -2,7 +2,7 @@
 # Runs the whole test suite: unit and property tests, and the end-to-end tests that start
 # private XMPP servers on free loopback ports — first everything against Prosody 0.12, then
 # the end-to-end tests (tests/e2e_*.rs) again against ejabberd 23.01
-# (SMARTFEEDS_TEST_SERVER=ejabberd; see tests/common/server/select.rs). Installs Prosody, ejabberd,
+# (SMARTFEEDS_TEST_SERVER=ejabberd; see crates/testkit/src/server/select.rs). Installs Prosody, ejabberd,
 # chromium and PostgreSQL (Debian packages; the PostgreSQL store's tests start private servers)
 # if they are missing, and cargo-deb (tests/e2e_package.rs builds and installs the Debian
 # package: run as root). Exits non-zero if either run fails; both always run.
@@ -17,6 +17,8 @@ dpkg -s lua-unbound >/dev/null 2>&1 || missing+=(lua-unbound)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium) # the HTTP page's browser test
 # The PostgreSQL store's tests start private servers of their own (initdb, pg_ctl).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
+# The OpenAPI test checks the description with openapi-spec-validator (PyPI), in a venv.
+dpkg -s python3-venv >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "installing ${missing[*]} (Debian packages)..." >&2
 	if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
@@ -27,6 +29,12 @@ fi
 if ! cargo deb --version >/dev/null 2>&1; then
 	echo "installing cargo-deb (cargo install --locked cargo-deb)..." >&2
 	cargo install --locked --quiet cargo-deb
+fi
+
+if [ ! -x target/venv/bin/openapi-spec-validator ]; then
+	echo "installing openapi-spec-validator (PyPI) in target/venv..." >&2
+	/usr/bin/python3 -m venv target/venv
+	target/venv/bin/pip install --quiet openapi-spec-validator
 fi
 
 cargo fmt --all -- --check
