@@ -416,7 +416,16 @@ async fn two_ejabberd_nodes_form_one_cluster_that_routes_between_them() {
     assert_eq!(a.secret(), b.secret(), "one secret for the domain on every node");
     // An account made through b logs in on a: one user database.
     b.create_user("carol", "pw");
-    Client::connect(a.c2s_port(), "carol@localhost", "pw").await.close().await;
+    // The account reaches node a's copy of the table within moments (asked again meanwhile).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let carol = loop {
+        match Client::try_connect(a.c2s_port(), "carol@localhost", "pw").await {
+            Ok(c) => break c,
+            Err(e) if std::time::Instant::now() > deadline => panic!("carol never logged in on node a: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    carol.close().await;
 
     let (mut comp_a, mut comp_b) = (a.component().await, b.component().await);
     let (mut alice, mut bob) = (a.login("alice").await, b.login("bob").await);
