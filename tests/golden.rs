@@ -64,13 +64,18 @@ fn golden(xml: &str) -> String {
 
 const ENTRY: &str = "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:1</id><title>One</title></entry>";
 
+/// `from` publishes [`ENTRY`] as item `a` of `comments` (iq id `p1`).
+fn publish_a(from: &str) -> String {
+    format!(
+        "<iq type='set' id='p1' from='{from}' to='feeds.localhost'>\
+         <pubsub xmlns='http://jabber.org/protocol/pubsub'><publish node='comments'><item id='a'>{ENTRY}</item></publish></pubsub></iq>"
+    )
+}
+
 #[tokio::test]
 async fn publish_then_pull_with_rsm() {
     let r = router().await;
-    let publish = format!(
-        "<iq type='set' id='p1' from='bot@localhost/r' to='feeds.localhost'>\
-         <pubsub xmlns='http://jabber.org/protocol/pubsub'><publish node='comments'><item id='a'>{ENTRY}</item></publish></pubsub></iq>"
-    );
+    let publish = publish_a("bot@localhost/r");
     assert_eq!(
         ask(&r, &publish).await,
         golden(
@@ -97,10 +102,7 @@ async fn publish_then_pull_with_rsm() {
 #[tokio::test]
 async fn retraction_leaves_a_tombstone() {
     let r = router().await;
-    let publish = format!(
-        "<iq type='set' id='p1' from='admin@localhost/r' to='feeds.localhost'>\
-         <pubsub xmlns='http://jabber.org/protocol/pubsub'><publish node='comments'><item id='a'>{ENTRY}</item></publish></pubsub></iq>"
-    );
+    let publish = publish_a("admin@localhost/r");
     ask(&r, &publish).await;
     let retract = "<iq type='set' id='r1' from='admin@localhost/r' to='feeds.localhost'>\
         <pubsub xmlns='http://jabber.org/protocol/pubsub'><retract node='comments'><item id='a'/></retract></pubsub></iq>";

@@ -192,16 +192,26 @@ pub async fn subscribed(hub: &str, topic: &str, cb: &Callback, extra: &[(&str, &
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
-/// The text of every `<NAME>…</NAME>` in `doc`, in order.
+/// The text of every element `NAME` of a delivered Atom document, in document order, read
+/// with a real XML parser: `NAME` is `fo:LOCAL` for the feed extension's elements (`fo:id`,
+/// `fo:cursor`, `fo:last_cursor`, …) or a bare Atom element name. Panics if the document is
+/// not XML, which a test should see.
 pub fn tags(doc: &str, name: &str) -> Vec<String> {
-    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    const FO: &str = "http://fanout.org/protocol/atom";
+    const ATOM: &str = "http://www.w3.org/2005/Atom";
+    let (ns, local) = match name.split_once(':') {
+        Some(("fo", local)) => (FO, local),
+        Some((prefix, _)) => panic!("tags: no namespace known for the prefix {prefix}"),
+        None => (ATOM, name),
+    };
+    let root: minidom::Element = doc.parse().unwrap_or_else(|e| panic!("a delivered document is not XML ({e}): {doc}"));
     let mut out = Vec::new();
-    let mut rest = doc;
-    while let Some(start) = rest.find(&open) {
-        let after = &rest[start + open.len()..];
-        let Some(end) = after.find(&close) else { break };
-        out.push(after[..end].to_string());
-        rest = &after[end + close.len()..];
+    let mut stack = vec![&root];
+    while let Some(el) = stack.pop() {
+        if el.is(local, ns) {
+            out.push(el.text());
+        }
+        stack.extend(el.children().collect::<Vec<_>>().into_iter().rev());
     }
     out
 }

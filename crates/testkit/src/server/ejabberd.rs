@@ -33,13 +33,10 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use minidom::Element;
-
 use super::ejabberd_cluster::render_cluster_ctl_config;
 use super::prosody::no_leftover;
-use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST, installed};
+use super::{COMPONENT_DOMAIN, ComponentDown, Kind, Server, Setup, VHOST, installed};
 use crate::process::{Process, descendants, send_signal};
-use crate::xml::{NS_CLIENT, error_condition, stanza_type};
 
 /// The server configuration template, `ejabberd/ejabberd.yml`.
 pub const CONFIG_TEMPLATE: &str = include_str!("../../../../ejabberd/ejabberd.yml");
@@ -320,19 +317,10 @@ impl Server for Ejabberd {
     }
 
     /// ejabberd 23.01 has no route for the domain, tries server-to-server and answers
-    /// `remote-server-not-found` at once.
-    fn component_down_condition(&self) -> &'static str {
-        "remote-server-not-found"
-    }
-
-    /// From the component's domain, `<error type="cancel">` with `<remote-server-not-found/>`
-    /// and a text like "DNS lookup failed: enoname"; the request's payload is echoed.
-    fn is_component_down_error(&self, reply: &Element) -> bool {
-        let Some(error) = reply.get_child("error", NS_CLIENT) else { return false };
-        stanza_type(reply) == "error"
-            && reply.attr("from") == Some(COMPONENT_DOMAIN)
-            && error_condition(reply).as_deref() == Some(self.component_down_condition())
-            && error.attr("type") == Some("cancel")
+    /// `<error type="cancel">` with `<remote-server-not-found/>` at once (and a text like
+    /// "DNS lookup failed: enoname"; the request's payload is echoed).
+    fn component_down(&self) -> ComponentDown {
+        ComponentDown { condition: "remote-server-not-found", kind: "cancel", marker: None }
     }
 }
 

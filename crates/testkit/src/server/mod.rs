@@ -210,11 +210,35 @@ pub trait Server: Send + Sync + 'static {
     /// messages: a refusal in the middle of a run. Returns once the server took the change.
     fn refuse_multicast(&self, setup: &Setup, process: &Process) -> Result<(), String>;
 
-    /// The stanza error condition a client gets for an iq to the component's domain while
-    /// no component is connected.
-    fn component_down_condition(&self) -> &'static str;
+    /// What a client gets for an iq to the component's domain while no component is
+    /// connected (XEP-0114 does not say what a server answers).
+    fn component_down(&self) -> ComponentDown;
+
+    /// The stanza error condition of [`component_down`](Self::component_down).
+    fn component_down_condition(&self) -> &'static str {
+        self.component_down().condition
+    }
 
     /// Whether `reply` is exactly this server's answer for the component while it is not
-    /// connected (XEP-0114 does not say what a server answers).
-    fn is_component_down_error(&self, reply: &Element) -> bool;
+    /// connected: an error from the component's domain, with the condition, the type and
+    /// the extra child this server writes.
+    fn is_component_down_error(&self, reply: &Element) -> bool {
+        let down = self.component_down();
+        let Some(error) = reply.get_child("error", crate::xml::NS_CLIENT) else { return false };
+        crate::xml::stanza_type(reply) == "error"
+            && reply.attr("from") == Some(COMPONENT_DOMAIN)
+            && crate::xml::error_condition(reply).as_deref() == Some(down.condition)
+            && error.attr("type") == Some(down.kind)
+            && down.marker.is_none_or(|(name, ns)| error.has_child(name, ns))
+    }
+}
+
+/// A server's error for an iq to a component that is not connected.
+pub struct ComponentDown {
+    /// The defined condition.
+    pub condition: &'static str,
+    /// The error's `type`.
+    pub kind: &'static str,
+    /// A child of `<error/>` the server adds, as (name, namespace).
+    pub marker: Option<(&'static str, &'static str)>,
 }

@@ -23,13 +23,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use minidom::Element;
-
-use super::{COMPONENT_DOMAIN, Kind, Server, Setup, VHOST, installed};
+use super::{COMPONENT_DOMAIN, ComponentDown, Kind, Server, Setup, VHOST, installed};
 use crate::federation::S2s;
 use crate::logs;
 use crate::process::Process;
-use crate::xml::{NS_CLIENT, error_condition, stanza_type};
 
 /// The configuration template, `prosody/prosody.cfg.lua`.
 pub const CONFIG_TEMPLATE: &str = include_str!("../../../../prosody/prosody.cfg.lua");
@@ -185,20 +182,15 @@ impl Server for Prosody {
         Ok(())
     }
 
-    /// Prosody 0.12 knows the component and answers `remote-server-timeout`.
-    fn component_down_condition(&self) -> &'static str {
-        "remote-server-timeout"
-    }
-
-    /// From the component's domain, `<error type="wait">` with `<remote-server-timeout/>`,
-    /// the text "Component unavailable" and `<not-connected xmlns="xmpp:prosody.im/protocol/component"/>`.
-    fn is_component_down_error(&self, reply: &Element) -> bool {
-        let Some(error) = reply.get_child("error", NS_CLIENT) else { return false };
-        stanza_type(reply) == "error"
-            && reply.attr("from") == Some(COMPONENT_DOMAIN)
-            && error_condition(reply).as_deref() == Some(self.component_down_condition())
-            && error.attr("type") == Some("wait")
-            && error.has_child("not-connected", COMPONENT_NS)
+    /// Prosody 0.12 knows the component and answers `<error type="wait">` with
+    /// `<remote-server-timeout/>`, the text "Component unavailable" and
+    /// `<not-connected xmlns="xmpp:prosody.im/protocol/component"/>`.
+    fn component_down(&self) -> ComponentDown {
+        ComponentDown {
+            condition: "remote-server-timeout",
+            kind: "wait",
+            marker: Some(("not-connected", COMPONENT_NS)),
+        }
     }
 }
 

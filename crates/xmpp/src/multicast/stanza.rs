@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::payloads::addresses::ADDRESS;
 use crate::payloads::{Push, PushBody};
-use crate::stanza_parts::{Part, Parts, ToParts, attr, end, head_end, start};
+use crate::stanza_parts::{Part, Parts, ToParts, end, head_end, start};
 use xmpp_parsers::ns;
 use xso::error::Error;
 use xso::exports::rxml::xml_ncname;
@@ -83,21 +83,8 @@ impl MulticastPush {
 
 impl ToParts for MulticastPush {
     fn parts(&self) -> Result<Parts<'_>, Error> {
-        let parts = [
-            start(ns::DEFAULT_NS, xml_ncname!("message")),
-            attr(xml_ncname!("from"), &self.body.from),
-            attr(xml_ncname!("to"), &self.service),
-            attr(xml_ncname!("type"), "headline"),
-            attr(xml_ncname!("id"), &self.id),
-            head_end(),
-            start(ADDRESS, xml_ncname!("addresses")),
-            head_end(),
-            Part::Verbatim(&self.addresses),
-            end(),
-            Part::Verbatim(self.body.xml()),
-            end(),
-        ];
-        Ok(Box::new(parts.into_iter().map(Ok)))
+        let addresses = [start(ADDRESS, xml_ncname!("addresses")), head_end(), Part::Verbatim(&self.addresses), end()];
+        Ok(self.body.headline(&self.service, &self.id, addresses))
     }
 }
 

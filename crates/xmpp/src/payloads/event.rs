@@ -94,19 +94,30 @@ pub struct Push {
     pub body: Arc<PushBody>,
 }
 
+impl PushBody {
+    /// The headline carrying this body to `to`, with `inner` (already closed elements)
+    /// written before the body: the one envelope of every push, single or multicast.
+    pub(crate) fn headline<'x, I>(&'x self, to: &'x str, id: &'x str, inner: I) -> Parts<'x>
+    where
+        I: IntoIterator<Item = Part<'x>>,
+        I::IntoIter: 'x,
+    {
+        let head = [
+            start(ns::DEFAULT_NS, xml_ncname!("message")),
+            attr(xml_ncname!("from"), &self.from),
+            attr(xml_ncname!("to"), to),
+            attr(xml_ncname!("type"), "headline"),
+            attr(xml_ncname!("id"), id),
+            head_end(),
+        ];
+        let tail = [Part::Verbatim(&self.xml), end()];
+        Box::new(head.into_iter().chain(inner).chain(tail).map(Ok))
+    }
+}
+
 impl ToParts for Push {
     fn parts(&self) -> Result<Parts<'_>, Error> {
-        let parts = [
-            start(ns::DEFAULT_NS, xml_ncname!("message")),
-            attr(xml_ncname!("from"), &self.body.from),
-            attr(xml_ncname!("to"), &self.to),
-            attr(xml_ncname!("type"), "headline"),
-            attr(xml_ncname!("id"), &self.id),
-            head_end(),
-            Part::Verbatim(&self.body.xml),
-            end(),
-        ];
-        Ok(Box::new(parts.into_iter().map(Ok)))
+        Ok(self.body.headline(&self.to, &self.id, []))
     }
 }
 
