@@ -21,6 +21,8 @@ pub enum Admission {
     After(Duration),
     /// Too far over the rate: refuse.
     Refuse,
+    /// Not limited at all (an admin): no rate, and no share of the sender's domain to wait for.
+    Unlimited,
 }
 
 struct Bucket {

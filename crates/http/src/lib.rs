@@ -148,6 +148,7 @@ async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Respo
                     .map_or_else(|| "unknown".to_string(), |c| c.0.ip().to_string()),
             };
             match st.svc.admit(actor.as_str(), &key) {
+                Admission::Unlimited => {}
                 Admission::After(d) if d.is_zero() => {}
                 Admission::After(d) => tokio::time::sleep(d).await,
                 Admission::Refuse => return Err(ApiError::too_many(1)),

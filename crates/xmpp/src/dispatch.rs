@@ -201,9 +201,9 @@ impl<S: Store> Dispatcher<S> {
         let sender = iq.from().map(|f| f.to_bare().to_string()).unwrap_or_default();
         let domain = iq.from().map(|f| f.domain().to_string()).unwrap_or_default();
         let svc = self.router.service();
-        let unlimited = svc.may(&sender, feed::Action::Unlimited, "").is_ok();
-        let wait = match svc.admit(&sender, &sender) {
-            Admission::After(wait) => wait,
+        let (wait, unlimited) = match svc.admit(&sender, &sender) {
+            Admission::Unlimited => (Duration::ZERO, true),
+            Admission::After(wait) => (wait, false),
             Admission::Refuse => {
                 tracing::debug!(%sender, "request refused: over the per-sender rate");
                 return self.refuse(iq, out, resource_constraint("too many requests from you; slow down"));
