@@ -157,6 +157,25 @@ impl Doc<'_> {
     }
 }
 
+/// The markup inside an Atom `xhtml` construct's `<div>`, serialised as HTML: what a JSON
+/// Feed's `content_html` and the page show of it.
+pub fn xhtml_markup(c: &Element) -> String {
+    let mut html = String::new();
+    let Some(div) = c.children().next() else { return html };
+    for node in div.nodes() {
+        match node {
+            minidom::Node::Text(t) => html.push_str(&esc(t)),
+            minidom::Node::Element(e) => {
+                let mut buf = Vec::new();
+                if e.write_to(&mut buf).is_ok() {
+                    html.push_str(&String::from_utf8_lossy(&buf));
+                }
+            }
+        }
+    }
+    html
+}
+
 /// An item as a child of an Atom feed: the stored entry with `<fo:id>` and `<fo:cursor>`
 /// added, or an `<at:deleted-entry>` with the same.
 pub fn entry_atom(item: &Item, cursor: &Cursor) -> String {

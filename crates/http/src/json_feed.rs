@@ -110,22 +110,7 @@ enum Content {
 fn content(c: &Element) -> Content {
     match c.attr("type") {
         Some("html") => Content::Html(c.text()),
-        Some("xhtml") => {
-            let div = c.children().next();
-            let mut html = String::new();
-            for node in div.map(|d| d.nodes().collect::<Vec<_>>()).unwrap_or_default() {
-                match node {
-                    minidom::Node::Text(t) => html.push_str(&super::formats::esc(t)),
-                    minidom::Node::Element(e) => {
-                        let mut buf = Vec::new();
-                        if e.write_to(&mut buf).is_ok() {
-                            html.push_str(&String::from_utf8_lossy(&buf));
-                        }
-                    }
-                }
-            }
-            Content::Html(html)
-        }
+        Some("xhtml") => Content::Html(super::formats::xhtml_markup(c)),
         _ => Content::Text(c.text()),
     }
 }

@@ -4,11 +4,11 @@
 //! (no scripts, no event handlers, no `javascript:` URLs), text is escaped, titles keep
 //! their text only.
 
-use crate::formats::{ATOM, esc};
+use crate::formats::{ATOM, esc, xhtml_markup};
 use ammonia::{Builder, UrlRelative};
 use chrono::DateTime;
 use feed::{Item, Payload};
-use minidom::{Element, Node};
+use minidom::Element;
 use std::sync::LazyLock;
 
 /// An item as the page shows it. The `…_html` fields are safe to write into the page as they
@@ -112,24 +112,6 @@ fn body(c: &Element) -> Option<String> {
         other => ("note", format!("Content of type {} (not shown here).", esc(other))),
     };
     (!html.trim().is_empty()).then(|| format!(r#"<div class="content {class}">{html}</div>"#))
-}
-
-/// The markup inside an `xhtml` construct's `<div>`, serialised.
-fn xhtml_markup(c: &Element) -> String {
-    let mut html = String::new();
-    let Some(div) = c.children().next() else { return html };
-    for node in div.nodes() {
-        match node {
-            Node::Text(t) => html.push_str(&esc(t)),
-            Node::Element(e) => {
-                let mut buf = Vec::new();
-                if e.write_to(&mut buf).is_ok() {
-                    html.push_str(&String::from_utf8_lossy(&buf));
-                }
-            }
-        }
-    }
-    html
 }
 
 /// How long ago `t` was at `now` (Unix milliseconds), in words: "just now", "3 minutes ago",
