@@ -49,8 +49,8 @@ impl Limits {
     }
 }
 
-/// One stanza to write.
-#[derive(Debug, Clone, PartialEq)]
+/// One stanza to write, or a receipt to sign once what came before is written.
+#[derive(Debug)]
 pub enum Outgoing {
     /// A push to one subscriber.
     Single(Push),
@@ -60,6 +60,9 @@ pub enum Outgoing {
     /// service answers in the order it reads, so its answer means every earlier message
     /// was taken or refused (see [`LinkMulticast::probe`](super::LinkMulticast::probe)).
     Probe(Box<Iq>),
+    /// No stanza: the link signs it once every stanza queued before it is written to the
+    /// server's socket.
+    Receipt(feed::Receipt),
 }
 
 impl ToParts for Outgoing {
@@ -68,6 +71,7 @@ impl ToParts for Outgoing {
             Outgoing::Single(p) => p.parts(),
             Outgoing::Multicast(m) => m.parts(),
             Outgoing::Probe(iq) => items(&**iq),
+            Outgoing::Receipt(_) => Ok(Box::new(std::iter::empty())),
         }
     }
 }
@@ -78,7 +82,7 @@ impl Outgoing {
         match self {
             Outgoing::Single(_) => 1,
             Outgoing::Multicast(m) => m.recipients.len(),
-            Outgoing::Probe(_) => 0,
+            Outgoing::Probe(_) | Outgoing::Receipt(_) => 0,
         }
     }
 }
@@ -176,6 +180,7 @@ mod tests {
                     format!("{}:{}..{}", m.recipients.len(), m.recipients[0], m.recipients.last().unwrap())
                 }
                 Outgoing::Probe(_) => "probe".into(),
+                Outgoing::Receipt(_) => "receipt".into(),
             })
             .collect()
     }
