@@ -211,7 +211,7 @@ async fn run_once(host: &TestServer, pg: &Arc<TempServer>, what: Disruption) -> 
     for p in publishers {
         acked.extend(p.await.expect("a publisher"));
     }
-    assert!(acked.len() > 100, "publishes went through: {}", acked.len());
+    assert!(!acked.is_empty(), "no publish was acknowledged");
     acked_tx.send_replace(Some(Arc::new(acked.clone())));
 
     let mut counts = Counts::default();
