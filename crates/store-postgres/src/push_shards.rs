@@ -11,7 +11,9 @@
 //!   shard's changes. Instances whose XMPP link is up also hold a *presence* lock, so each
 //!   can count the live instances and own about its share: a new instance gets shards
 //!   within a tick, and when one dies (its session ends, its locks with it) the others take
-//!   its shards within a tick or two.
+//!   its shards within a tick or two. Each takes back the shards it held last first, and
+//!   after a lost session gives the others a tick to reappear: when the database restarts,
+//!   every instance gets its own shards back and finishes its own batch in flight.
 //! - **Progress.** The owner reads a batch, hands it to the pusher with a [`Receipt`]
 //!   behind it, and waits until the link has written the batch's pushes to the XMPP
 //!   server's socket (the receipt is signed). Only then are the batch's rows deleted: a row
@@ -132,6 +134,7 @@ impl Relay {
     /// Runs until the pusher's queue closes: a session while the link is up, again after a
     /// lost connection.
     pub async fn run(mut self) {
+        let mut rejoin = false;
         loop {
             if self.out.is_closed() {
                 return;
@@ -143,7 +146,8 @@ impl Relay {
                 }
                 continue;
             }
-            let ended = self.session().await;
+            let ended = self.session(rejoin).await;
+            rejoin = ended.is_err();
             self.publish_share(&BTreeMap::new());
             match ended {
                 Ok(End::Stopped) => return,
@@ -158,9 +162,10 @@ impl Relay {
         }
     }
 
-    /// One database session: presence, shards and relaying, until it fails or ends.
-    /// Dropping the session's connection releases every lock it took.
-    async fn session(&mut self) -> StoreResult<End> {
+    /// One database session: presence, shards and relaying, until it fails or ends; `rejoin`
+    /// after a session lost to a failure. Dropping the session's connection releases every
+    /// lock it took.
+    async fn session(&mut self, rejoin: bool) -> StoreResult<End> {
         let (mut client, mut conn) = self.config.connect(NoTls).await.db()?;
         let wake = Arc::new(Notify::new());
         let woken = wake.clone();
@@ -185,6 +190,16 @@ impl Relay {
             self.written.clear();
         }
         take_presence(&client).await?;
+        if rejoin {
+            // Instances that lost the database together (a restart) come back at about the
+            // same time: a moment for the others to show their presence before shares are
+            // counted, so that each takes back its own shards instead of the first taking
+            // them all (and pushing again what another had in flight).
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = self.out.closed() => return Ok(End::Stopped),
+            }
+        }
         let mut owned: BTreeMap<i32, i64> = BTreeMap::new();
         loop {
             if self.out.is_closed() {
@@ -223,13 +238,22 @@ impl Relay {
             tracing::info!(?released, live, "push relay: shards handed over to other instances");
         }
         let mut taken = Vec::new();
-        // Start where the instances are unlikely to collide.
+        // The shards this process held last first (after a lost session, they are most
+        // likely still its own to finish); then from where the instances are unlikely to
+        // collide.
+        let mut candidates: Vec<i32> = Vec::with_capacity(SHARDS as usize);
+        if owned.len() < target {
+            const MINE: &str = "SELECT shard FROM push_shards WHERE owner = $1 ORDER BY shard";
+            for row in client.query(MINE, &[&self.me]).await.db()? {
+                candidates.push(row.try_get(0).db()?);
+            }
+        }
         let start = (std::process::id() % SHARDS as u32) as i32;
-        for i in 0..SHARDS {
+        candidates.extend((0..SHARDS).map(|i| (start + i) % SHARDS));
+        for shard in candidates {
             if owned.len() >= target {
                 break;
             }
-            let shard = (start + i) % SHARDS;
             if owned.contains_key(&shard) {
                 continue;
             }

@@ -46,7 +46,7 @@ pub struct Notifier<S: Store> {
 /// How long fan-out waits, after a first refusal, for the service to answer the probe.
 pub const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The longest pause between attempts to read a change's subscribers while the store fails.
-const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What the fan-out loop takes next.
 enum Next {
