@@ -30,7 +30,7 @@ use tokio::sync::watch;
 /// What happens while publishes and pushes go on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Disruption {
-    /// `pg_ctl restart -m fast`, three times, a second apart.
+    /// `pg_ctl restart -m fast`, three times, two seconds apart.
     DatabaseRestarts,
     /// SIGKILL of the instance pushing the feed, and its restart, three times.
     PusherKilled,
@@ -190,7 +190,11 @@ async fn run_once(host: &TestServer, pg: &Arc<TempServer>, what: Disruption) -> 
     tokio::time::sleep(Duration::from_secs(1)).await;
     for _ in 0..what.times() {
         match what {
-            Disruption::DatabaseRestarts => restart(pg, Duration::ZERO).await,
+            Disruption::DatabaseRestarts => {
+                restart(pg, Duration::ZERO).await;
+                // Time to resume between restarts, as an operator's restarts would leave.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
             Disruption::DatabaseDown => restart(pg, DOWN).await,
             Disruption::PusherKilled => {
                 let pid = pushing_pid(&url, "shared", SHARDS).await;

@@ -13,7 +13,9 @@
 //!   within a tick, and when one dies (its session ends, its locks with it) the others take
 //!   its shards within a tick or two. Each takes back the shards it held last first, and
 //!   after a lost session gives the others a tick to reappear: when the database restarts,
-//!   every instance gets its own shards back and finishes its own batch in flight.
+//!   every instance gets its own shards back and finishes its own batch in flight. A shard
+//!   taken from another instance is first pushed after [`HANDOVER`], so that its pushes
+//!   do not overtake the last ones the other instance wrote.
 //! - **Progress.** The owner reads a batch, hands it to the pusher with a [`Receipt`]
 //!   behind it, and waits until the link has written the batch's pushes to the XMPP
 //!   server's socket (the receipt is signed). Only then are the batch's rows deleted: a row
@@ -51,6 +53,11 @@ pub const SHARDS: i32 = 16;
 pub const BATCH: usize = 64;
 /// How often shares are rebalanced and the log polled without a notification.
 pub const TICK: Duration = Duration::from_secs(1);
+/// How long a shard taken from another instance waits before its first push. The other
+/// instance wrote its last pushes to its own connection, and the XMPP server may still be
+/// routing them (one connection's stanzas are not ordered with another's): pushing the
+/// next changes at once through this connection could overtake them.
+pub const HANDOVER: Duration = Duration::from_secs(1);
 
 /// Advisory lock classes (the first key of the two-key form): "sfpr" and "sfsh".
 const PRESENCE_CLASS: i32 = 0x7366_7072;
@@ -76,6 +83,9 @@ pub struct Relay {
     /// Rows whose pushes were written but whose delete failed: deleted first in the next
     /// session.
     written: Vec<i64>,
+    /// Shards taken from another instance, and when pushing them may start (see
+    /// [`HANDOVER`]).
+    quiet: BTreeMap<i32, tokio::time::Instant>,
     /// Whether the XMPP link is up: an instance owns shards only then.
     linked: watch::Receiver<bool>,
     /// The shards held, for the WebSub hub, which delivers for the same feeds.
@@ -108,7 +118,7 @@ impl Relay {
         let config = super::parse_url(url)?;
         let share = watch::Sender::new(Share { shards: Default::default(), of: SHARDS });
         let me = format!("pid {}", std::process::id());
-        Ok(Relay { config, me, out, written: Vec::new(), linked, share, also: None })
+        Ok(Relay { config, me, out, written: Vec::new(), quiet: BTreeMap::new(), linked, share, also: None })
     }
 
     /// Also hands every relayed batch to `sink`, after the pusher.
@@ -225,7 +235,7 @@ impl Relay {
     }
 
     /// Owns about `SHARDS / live instances`: lets the surplus go, tries free shards when short.
-    async fn balance(&self, client: &Client, owned: &mut BTreeMap<i32, i64>) -> StoreResult<()> {
+    async fn balance(&mut self, client: &Client, owned: &mut BTreeMap<i32, i64>) -> StoreResult<()> {
         let live: i64 = client.query_one(COUNT_LIVE, &[&(PRESENCE_CLASS as u32)]).await.db()?.get(0);
         let target = (SHARDS as usize).div_ceil(live.max(1) as usize);
         let mut released = Vec::new();
@@ -260,6 +270,11 @@ impl Relay {
             let got: bool =
                 client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&SHARD_CLASS, &shard]).await.db()?.get(0);
             if got {
+                let before: Option<String> =
+                    client.query_one("SELECT owner FROM push_shards WHERE shard = $1", &[&shard]).await.db()?.get(0);
+                if before.is_some_and(|b| b != self.me) {
+                    self.quiet.insert(shard, tokio::time::Instant::now() + HANDOVER);
+                }
                 let epoch: i64 = client
                     .query_one(
                         "UPDATE push_shards SET epoch = epoch + 1, owner = $2 WHERE shard = $1 RETURNING epoch",
@@ -287,7 +302,9 @@ impl Relay {
             if started.elapsed() >= TICK {
                 return Ok(Drained::More);
             }
-            let shards: Vec<i32> = owned.keys().copied().collect();
+            let now = tokio::time::Instant::now();
+            self.quiet.retain(|shard, until| *until > now && owned.contains_key(shard));
+            let shards: Vec<i32> = owned.keys().filter(|s| !self.quiet.contains_key(s)).copied().collect();
             if shards.is_empty() {
                 return Ok(Drained::Empty);
             }
