@@ -24,7 +24,8 @@
 //!   session: its shards are let go, and whoever takes them next (this instance again, or
 //!   another) starts from the rows left, in commit order, never past a change that has
 //!   not gone out. Rows whose pushes left but whose delete failed are remembered and
-//!   deleted first thing in the next session, so a database restart repeats nothing.
+//!   deleted first thing in the next session (only an instance that took their shard in
+//!   between pushes them again: the batch in flight).
 //! - **Fencing.** With each delete the owner checks, under a share lock, that each
 //!   shard's epoch is still the one it raised when it took the shard. A taker raises the
 //!   epoch, so an instance that lost a shard (its session ended, its lock taken) fails that
