@@ -198,7 +198,8 @@ async fn run_once(host: &TestServer, pg: &Arc<TempServer>, what: Disruption) -> 
             Disruption::DatabaseDown => restart(pg, DOWN).await,
             Disruption::PusherKilled => {
                 let pid = pushing_pid(&url, "shared", SHARDS).await;
-                let at = instances.iter().position(|i| i.pid().is_some() && i.pid() == pid).unwrap_or(0);
+                let at = instances.iter().position(|i| i.pid().is_some() && i.pid() == pid);
+                let at = at.unwrap_or_else(|| panic!("the pusher ({pid:?}) is one of the instances"));
                 let victim: &mut Smartfeeds = &mut instances[at];
                 victim.kill();
                 tokio::time::sleep(Duration::from_millis(1500)).await;
