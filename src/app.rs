@@ -6,7 +6,7 @@ use crate::config::{Config, StoreBackend};
 use crate::shutdown::Stage;
 use anyhow::Context;
 use feed::service::{Service, system_clock};
-use feed::{Change, Store};
+use feed::{Change, Store, ToPush};
 use jid::Jid;
 use metrics::Metrics;
 use std::sync::Arc;
@@ -30,8 +30,9 @@ const DRAIN: Duration = Duration::from_secs(10);
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::new());
-    // On PostgreSQL, pushes come from the shared push log (see `store::postgres::relay`),
-    // which keeps what waits: the queue in memory holds one batch, the most a crash can cost.
+    // On PostgreSQL, pushes come from the shared push log (see `store_postgres::push_shards`),
+    // which keeps each change until its pushes were written: the queue in memory holds one
+    // batch, the most a crash can repeat.
     let shared = matches!(config.store.backend(), StoreBackend::Postgres(_));
     let backlog = if shared { store_postgres::push_shards::BATCH } else { config.push.backlog };
     let (change_tx, change_rx) = mpsc::channel(backlog);
@@ -114,8 +115,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 /// The store's committed changes on their way to the pushes, and a handle to measure the
 /// queue without keeping it open.
 struct Changes {
-    rx: mpsc::Receiver<Change>,
-    weak: mpsc::WeakSender<Change>,
+    rx: mpsc::Receiver<ToPush>,
+    weak: mpsc::WeakSender<ToPush>,
     /// The HTTP face's long-poll and event-stream wake-ups, and their feed when it runs.
     wakeups: Arc<http::longpoll::Wakeups>,
     wake_rx: Option<mpsc::Receiver<Change>>,

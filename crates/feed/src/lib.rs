@@ -7,7 +7,8 @@
 //!
 //! - [`node`], [`position`], [`cursor`], [`paging`]: node names as views, position specs,
 //!   T+O+C cursors, and pages cut from a view.
-//! - [`item`], [`change`], [`outbox`]: items, the changes a commit emits, WebSub's outbox rows.
+//! - [`item`], [`change`], [`outbox`]: items, the changes a commit emits, WebSub's outbox rows;
+//!   [`receipt`]: the pusher's queue, whose receipts say when pushes were written.
 //! - [`intents`]: publish, update and retract as the store's writes, stamped.
 //! - [`policy`]: the configuration's rules and the one `Policy::may`; [`admission`], the
 //!   per-sender request rate both faces admit requests by.
@@ -28,6 +29,7 @@ pub mod paging;
 pub mod policy;
 pub mod ports;
 pub mod position;
+pub mod receipt;
 pub mod service;
 
 pub use change::{Change, ViewChange};
@@ -38,3 +40,4 @@ pub use node::{Filter, NodeName, Order, OrderBy, View};
 pub use policy::{Action, Policy};
 pub use ports::{ReadTx, Store, StoreError, WriteTx};
 pub use position::Position;
+pub use receipt::{Receipt, ToPush};

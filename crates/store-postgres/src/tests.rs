@@ -279,14 +279,54 @@ async fn subscribe(store: &PostgresStore, jid: &str) {
         .unwrap();
 }
 
-/// The ids of the next `n` changes a relay hands over.
-async fn relayed(rx: &mut mpsc::Receiver<feed::Change>, n: usize) -> Vec<String> {
+/// The next thing a relay hands over.
+async fn next(rx: &mut mpsc::Receiver<feed::ToPush>) -> feed::ToPush {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("something handed over").expect("open")
+}
+
+/// The next change a relay hands over, signing the receipts before it as the link does
+/// once it has written the pushes before them.
+async fn next_change(rx: &mut mpsc::Receiver<feed::ToPush>) -> feed::Change {
+    loop {
+        match next(rx).await {
+            feed::ToPush::Change(c) => return c,
+            feed::ToPush::Receipt(r) => r.sign(),
+        }
+    }
+}
+
+/// The ids of the next `n` changes a relay hands over (receipts signed).
+async fn relayed(rx: &mut mpsc::Receiver<feed::ToPush>, n: usize) -> Vec<String> {
     let mut out = Vec::new();
     for _ in 0..n {
-        let c = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("a change").expect("open");
-        out.push(c.item.id);
+        out.push(next_change(rx).await.item.id);
     }
     out
+}
+
+/// Signs the receipts handed over so far; panics on a change among them.
+fn sign_receipts(rx: &mut mpsc::Receiver<feed::ToPush>) {
+    while let Ok(next) = rx.try_recv() {
+        match next {
+            feed::ToPush::Receipt(r) => r.sign(),
+            feed::ToPush::Change(c) => panic!("{} handed over again", c.item.id),
+        }
+    }
+}
+
+/// Rows in the push log.
+async fn logged(sql: &tokio_postgres::Client) -> i64 {
+    sql.query_one("SELECT count(*) FROM push_log", &[]).await.unwrap().get(0)
+}
+
+/// Signs receipts as they come until the push log is empty (within 5 s).
+async fn written_out(rx: &mut mpsc::Receiver<feed::ToPush>, sql: &tokio_postgres::Client) {
+    let started = std::time::Instant::now();
+    while logged(sql).await > 0 {
+        sign_receipts(rx);
+        assert!(started.elapsed() < Duration::from_secs(5), "written rows leave the log");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[test]
@@ -307,26 +347,22 @@ fn the_relay_hands_each_logged_change_over_once_and_a_fenced_owner_stops_after_o
         // at once: the commit's notice wakes the relay (its poll is a second).
         let published = std::time::Instant::now();
         publish(&store, "i3".into(), 20).await.unwrap();
-        let c = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
+        let c = next_change(&mut rx).await;
         assert!(published.elapsed() < push_shards::TICK / 2, "relayed after {:?}", published.elapsed());
         assert_eq!((c.item.id.as_str(), c.views.len(), c.views[0].count), ("i3", 1, 4));
         let (sql, _task) = client(&url).await;
-        let left = || async { sql.query_one("SELECT count(*) FROM push_log", &[]).await.unwrap().get::<_, i64>(0) };
-        let started = std::time::Instant::now();
-        while left().await > 0 {
-            assert!(started.elapsed() < Duration::from_secs(5), "relayed rows leave the log");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let left = || logged(&sql);
+        written_out(&mut rx, &sql).await;
 
-        // Another instance takes every shard over (raises the epochs): the old owner hands
-        // over the batch it had read, cannot record it, and stops; the rows stay, and the
-        // shard's next owner (here the same relay, after taking it again) starts from them.
+        // Another instance takes every shard over (raises the epochs): the old owner finishes
+        // the batch in hand (its pushes were written, so its rows go) and lets the shards
+        // go; their next owner (here the same relay, after taking them again) goes on.
         sql.execute("UPDATE push_shards SET epoch = epoch + 1", &[]).await.unwrap();
         publish(&store, "i4".into(), 30).await.unwrap();
         assert_eq!(relayed(&mut rx, 1).await, ["i4"], "the batch in hand");
-        assert_eq!(relayed(&mut rx, 1).await, ["i4"], "again, by the shard's new owner");
         publish(&store, "i5".into(), 40).await.unwrap();
-        assert_eq!(relayed(&mut rx, 1).await, ["i5"]);
+        assert_eq!(relayed(&mut rx, 1).await, ["i5"], "once: i4 was written, so it is not pushed again");
+        written_out(&mut rx, &sql).await;
 
         // An instance whose link is down owns nothing: changes wait for one that can push.
         linked_tx.send_replace(false);
@@ -347,5 +383,37 @@ fn the_relay_hands_each_logged_change_over_once_and_a_fenced_owner_stops_after_o
         assert_eq!(owners, 0, "no locks held while the link is down");
         linked_tx.send_replace(true);
         assert_eq!(relayed(&mut rx, 1).await, ["i6"]);
+    });
+}
+
+#[test]
+fn a_logged_change_leaves_the_log_only_once_written_and_comes_again_first_when_it_was_not() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let store = PostgresStore::connect(&url, None).await.unwrap();
+        subscribe(&store, "ann@x").await;
+        publish(&store, "i0".into(), 10).await.unwrap();
+        publish(&store, "i1".into(), 11).await.unwrap();
+        let (_linked_tx, linked) = watch::channel(true);
+        let (tx, mut rx) = mpsc::channel(push_shards::BATCH);
+        tokio::spawn(push_shards::Relay::new(&url, tx, linked).unwrap().run());
+        let (sql, _task) = client(&url).await;
+
+        // The batch is handed over with a receipt behind it; until the link signs it (its
+        // pushes were written), the rows stay, and nothing later is handed over.
+        assert_eq!(relayed(&mut rx, 2).await, ["i0", "i1"]);
+        let feed::ToPush::Receipt(receipt) = next(&mut rx).await else { panic!("a receipt after the batch") };
+        publish(&store, "i2".into(), 12).await.unwrap();
+        tokio::time::sleep(push_shards::TICK * 2).await;
+        assert_eq!(logged(&sql).await, 3, "rows stay while their pushes are not known to be written");
+        assert!(rx.try_recv().is_err(), "nothing after an unwritten batch");
+
+        // The link broke before writing it (the receipt goes unsigned): the batch comes again
+        // from the log, before anything committed after it.
+        drop(receipt);
+        assert_eq!(relayed(&mut rx, 3).await, ["i0", "i1", "i2"]);
+        written_out(&mut rx, &sql).await;
+        publish(&store, "i3".into(), 13).await.unwrap();
+        assert_eq!(relayed(&mut rx, 1).await, ["i3"], "the written ones are not handed over again");
     });
 }

@@ -118,3 +118,22 @@ pub async fn collect(conn: &mut Client, nodes: &[&str], want: &HashSet<String>, 
         got[at].push((p.item_id().to_string(), p.previous.clone(), p.last_cursor().to_string()));
     }
 }
+
+/// The pid of the instance that last took the push shard of `feed` (of `shards`) on the
+/// database `url`: the one pushing its changes, unless it has just died.
+pub async fn pushing_pid(url: &str, feed: &str, shards: i32) -> Option<u32> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.ok()?;
+    let task = tokio::spawn(conn);
+    let row = client
+        .query_opt(
+            "SELECT s.owner FROM push_shards s JOIN feeds f ON s.shard = f.id % $2 WHERE f.name = $1",
+            &[&feed, &i64::from(shards)],
+        )
+        .await
+        .ok()
+        .flatten();
+    drop(client);
+    let _ = task.await;
+    let owner: Option<String> = row?.get(0);
+    owner?.strip_prefix("pid ")?.parse().ok()
+}

@@ -2,7 +2,10 @@
 //! `headline` with the pubsub#event payload and the SHIM sync headers.
 //!
 //! Ordering: one task takes changes in commit order and queues their messages in that
-//! order on one FIFO, so pushes to any one subscriber leave in commit order.
+//! order on one FIFO, so pushes to any one subscriber leave in commit order. A change whose
+//! subscribers cannot be read (the database restarting) is asked about again until they
+//! can: no later change overtakes it. Receipts on the queue go to the link behind the
+//! pushes before them (see [`feed::receipt`]).
 //!
 //! Multicast: while the link knows the server's XEP-0033 service, each change's pushes are
 //! grouped by identical push and sent as `bcc` batches through it (see
@@ -22,9 +25,9 @@
 use super::multicast::{Limits, LinkMulticast, Outgoing};
 use super::payloads::shim::SyncHeaders;
 use super::payloads::{Headers, Push, PushBody};
-use feed::ports::Store;
+use feed::ports::{Store, StoreError};
 use feed::service::{Bounce, Service};
-use feed::{Change, Payload};
+use feed::{Change, FeedError, Payload, ToPush};
 use jid::Jid;
 use metrics::Metrics;
 use std::collections::HashMap;
@@ -42,11 +45,13 @@ pub struct Notifier<S: Store> {
 
 /// How long fan-out waits, after a first refusal, for the service to answer the probe.
 pub const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// The longest pause between attempts to read a change's subscribers while the store fails.
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What the fan-out loop takes next.
 enum Next {
     Service(FromService),
-    Change(Option<Change>),
+    Change(Option<ToPush>),
     Stop,
 }
 
@@ -60,6 +65,9 @@ pub enum FromService {
     Answered(String),
 }
 
+/// The process is stopping and fan-out cannot go on in order.
+struct Stopping;
+
 /// A push could not be written as XML (a node name or id no XML can carry).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot encode the push of {item}: {err}")]
@@ -70,13 +78,13 @@ pub struct EncodeError {
 
 /// The store's change sink: hands changes that have subscribers to the notifier, never
 /// blocking the writer; drops them when the backlog is full.
-pub fn change_sink(tx: mpsc::Sender<Change>, metrics: Arc<Metrics>) -> feed::ports::ChangeSink {
+pub fn change_sink(tx: mpsc::Sender<ToPush>, metrics: Arc<Metrics>) -> feed::ports::ChangeSink {
     Box::new(move |changes: Vec<Change>| {
         for change in changes {
             if change.views.is_empty() {
                 continue;
             }
-            if tx.try_send(change).is_err() {
+            if tx.try_send(ToPush::Change(change)).is_err() {
                 metrics.pushes_dropped.inc();
                 let n = metrics.pushes_dropped.get();
                 if n.is_power_of_two() {
@@ -100,7 +108,7 @@ impl<S: Store> Notifier<S> {
     /// the multicast service is handled before the next change.
     pub async fn run(
         &self,
-        mut changes: mpsc::Receiver<Change>,
+        mut changes: mpsc::Receiver<ToPush>,
         mut service: mpsc::UnboundedReceiver<FromService>,
         out: mpsc::Sender<Outgoing>,
         mut stop: tokio::sync::watch::Receiver<bool>,
@@ -130,13 +138,22 @@ impl<S: Store> Notifier<S> {
                     changes.recv().await
                 }
             };
-            let Some(change) = change else { return };
-            let pushes = match self.messages(&change, &mut n).await {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::error!(feed = %change.feed, item = %change.item.id, error = %e, "cannot fan out a change");
+            let change = match change {
+                None => return,
+                Some(ToPush::Receipt(r)) => {
+                    if !self.send(Outgoing::Receipt(r), &out).await {
+                        return;
+                    }
                     continue;
                 }
+                Some(ToPush::Change(c)) => c,
+            };
+            let pushes = match self.messages_in_turn(&change, &mut n, &stop).await {
+                Ok(Some(pushes)) => pushes,
+                Ok(None) => continue,
+                // Nothing after it may go out before it: what waits stays unpushed (the
+                // shared push log keeps it for the next owner).
+                Err(Stopping) => return,
             };
             for o in self.multicast.plan(pushes, self.limits) {
                 if !self.send(o, &out).await {
@@ -213,6 +230,49 @@ impl<S: Store> Notifier<S> {
             }
         }
         Some(refusal.first)
+    }
+
+    /// The messages of `change`, asked for again while the store fails for a while (a
+    /// database restarting or failing over), so that no later change is pushed before it.
+    /// `None` when it cannot ever be pushed (logged); [`Stopping`] when the store still
+    /// fails once the process is stopping.
+    async fn messages_in_turn(
+        &self,
+        change: &Change,
+        n: &mut u64,
+        stop: &tokio::sync::watch::Receiver<bool>,
+    ) -> Result<Option<Vec<Push>>, Stopping> {
+        let mut pause = std::time::Duration::from_millis(50);
+        let mut failed = 0u32;
+        loop {
+            let e = match self.messages(change, n).await {
+                Ok(m) => {
+                    if failed > 0 {
+                        tracing::info!(feed = %change.feed, item = %change.item.id, failed, "fanned out a change after the store came back");
+                    }
+                    return Ok(Some(m));
+                }
+                Err(e) => e,
+            };
+            let passing = matches!(
+                e.downcast_ref::<FeedError>(),
+                Some(FeedError::Store(StoreError::Busy(_) | StoreError::Full(_) | StoreError::Backend(_)))
+            );
+            if !passing {
+                tracing::error!(feed = %change.feed, item = %change.item.id, error = %e, "cannot fan out a change; not pushed");
+                return Ok(None);
+            }
+            if *stop.borrow() {
+                tracing::warn!(feed = %change.feed, item = %change.item.id, error = %e, "stopping while the store fails: changes left unpushed");
+                return Err(Stopping);
+            }
+            failed += 1;
+            if failed == 1 {
+                tracing::warn!(feed = %change.feed, item = %change.item.id, error = %e, "cannot fan out a change yet; later changes wait for it");
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RETRY_MAX);
+        }
     }
 
     /// The messages one change makes, in subscription order within each view. The copies of

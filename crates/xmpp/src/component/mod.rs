@@ -171,7 +171,9 @@ const STANDBY_RETRY: Duration = Duration::from_secs(1);
 ///
 /// While the link is down, outbound stanzas wait in their queues, and the one being written
 /// when the link broke is written again after the next login, so replies and pushes
-/// produced during an outage are not lost.
+/// produced during an outage are not lost. Stanzas encoded but not yet written when the
+/// link broke are lost; a push [`Receipt`](feed::Receipt) is signed only after a write
+/// that succeeded, so whoever waits on it knows the pushes before it left.
 pub async fn run(cfg: LinkConfig, mut out: Outbound, closing: watch::Receiver<bool>, mut inbound: impl FnMut(Inbound)) {
     let mut logins = 0u64;
     let mut backoff = Duration::from_millis(250);
@@ -263,6 +265,14 @@ pub async fn run(cfg: LinkConfig, mut out: Outbound, closing: watch::Receiver<bo
                     }
                 }
                 r = out.pushes.recv(), if pushes_open => match r {
+                    // Everything before it was fed to the writer: once it is written, the
+                    // pushes have left. A failed write drops the receipt unsigned.
+                    Some(PushOut::Receipt(receipt)) => {
+                        if let Err(e) = writer.flush().await {
+                            break format!("write failed: {e}");
+                        }
+                        receipt.sign();
+                    }
                     Some(push) => pending = Some(Outgoing::Push(push)),
                     None => pushes_open = false,
                 },

@@ -49,8 +49,8 @@ impl Limits {
     }
 }
 
-/// One stanza to write.
-#[derive(Debug, Clone, PartialEq)]
+/// One stanza to write, or a receipt to sign once what came before is written.
+#[derive(Debug)]
 pub enum Outgoing {
     /// A push to one subscriber.
     Single(Push),
@@ -60,6 +60,9 @@ pub enum Outgoing {
     /// service answers in the order it reads, so its answer means every earlier message
     /// was taken or refused (see [`LinkMulticast::probe`](super::LinkMulticast::probe)).
     Probe(Box<Iq>),
+    /// No stanza: the link signs it once every stanza queued before it is written to the
+    /// server's socket.
+    Receipt(feed::Receipt),
 }
 
 impl ToParts for Outgoing {
@@ -68,6 +71,7 @@ impl ToParts for Outgoing {
             Outgoing::Single(p) => p.parts(),
             Outgoing::Multicast(m) => m.parts(),
             Outgoing::Probe(iq) => items(&**iq),
+            Outgoing::Receipt(_) => Ok(Box::new(std::iter::empty())),
         }
     }
 }
@@ -78,7 +82,7 @@ impl Outgoing {
         match self {
             Outgoing::Single(_) => 1,
             Outgoing::Multicast(m) => m.recipients.len(),
-            Outgoing::Probe(_) => 0,
+            Outgoing::Probe(_) | Outgoing::Receipt(_) => 0,
         }
     }
 }
@@ -176,6 +180,7 @@ mod tests {
                     format!("{}:{}..{}", m.recipients.len(), m.recipients[0], m.recipients.last().unwrap())
                 }
                 Outgoing::Probe(_) => "probe".into(),
+                Outgoing::Receipt(_) => "receipt".into(),
             })
             .collect()
     }
@@ -239,13 +244,13 @@ mod tests {
         let out = plan(pushes(&a, 0..200, 0), "multicast.localhost", &limits);
         assert!(out.len() > 2, "{}", out.len());
         let mut seen = Vec::new();
-        for o in &out {
+        for (k, o) in out.iter().enumerate() {
             let Outgoing::Multicast(m) = o else { panic!("{o:?}") };
             let written = to_xml(m).unwrap().len();
             assert!(written <= max_bytes, "{written} > {max_bytes}");
             // Full: one more address would not have fit (the last batch takes the rest).
             assert!(
-                written + MulticastPush::address_len("u199@localhost") > max_bytes || o == out.last().unwrap(),
+                written + MulticastPush::address_len("u199@localhost") > max_bytes || k == out.len() - 1,
                 "{written}"
             );
             seen.extend(m.recipients.iter().cloned());
