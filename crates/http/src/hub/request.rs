@@ -12,7 +12,7 @@ use crate::errors::{ApiError, quote};
 use crate::query::FeedQuery;
 use crate::resolve::resolve;
 use axum::Extension;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -110,7 +110,7 @@ pub async fn post<S: Store>(
     State(hub): State<Arc<Hub<S>>>,
     Extension(actor): Extension<Actor>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let ctype = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !ctype.trim_start().to_ascii_lowercase().starts_with("application/x-www-form-urlencoded") {
@@ -120,7 +120,7 @@ pub async fn post<S: Store>(
             "a subscription request is a form sent as application/x-www-form-urlencoded",
         ));
     }
-    let form = Form::parse(&body)?;
+    let form = Form::parse(&crate::bounds::read_body(body, crate::body_limit(&hub.svc)).await?)?;
     let mode = match form.required("hub.mode")? {
         "subscribe" => Mode::Subscribe,
         "unsubscribe" => Mode::Unsubscribe,
