@@ -1,4 +1,4 @@
-//! What every request must keep to before a handler reads it (SPEC §9 "Limits"): a body no
+//! What every request must keep to before a handler reads it (SPEC §9; README "Bounds"): a body no
 //! larger than the largest a route takes, refused on its announced `Content-Length` before
 //! a byte of it is read (so a client waiting on `Expect: 100-continue` is never invited to
 //! send it); path segments that decode strictly to UTF-8 without control characters and are

@@ -1,4 +1,4 @@
-//! How the HTTP face takes connections (SPEC §9 "Limits"), on hyper's HTTP/1.1 server:
+//! How the HTTP face takes connections (SPEC §9; README "Bounds"), on hyper's HTTP/1.1 server:
 //!
 //! - at most `max_connections` at once. Past that, no more are accepted: new ones wait in
 //!   the kernel's listen backlog until one closes (and past the backlog the kernel drops
