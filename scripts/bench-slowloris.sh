@@ -137,7 +137,7 @@ line=$(python3 - "$before" "$during" "$held" "$open" "$poll_ok" "$stream_ok" "$r
 import json, sys
 before, during, held = (json.loads(a) for a in sys.argv[1:4])
 print(json.dumps({
-    "bench": "slowloris", "slow_connections": int(float(sys.argv[4])), "slow_held": held,
+    "bench": "slowloris", "open_connections": int(float(sys.argv[4])), "slow_held": held,
     "before": before, "during": during,
     "long_poll_delivered": sys.argv[5] == "true", "stream_delivered": sys.argv[6] == "true",
     "still_running": sys.argv[7] == "true", "published": json.loads(sys.argv[8] or "null"),

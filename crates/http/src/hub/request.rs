@@ -18,7 +18,6 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use feed::ports::Store;
 use feed::service::PullRequest;
-use percent_encoding::percent_decode_str;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -76,7 +75,7 @@ fn topic_parts(base: &str, topic: &str) -> Result<(String, FeedQuery), ApiError>
     if segment.is_empty() || segment.contains('/') {
         return Err(not_ours());
     }
-    let feed = percent_decode_str(segment).decode_utf8().map_err(|_| not_ours())?.into_owned();
+    let feed = crate::bounds::percent_decode(segment).map_err(|_| not_ours())?;
     let q =
         FeedQuery::parse(query, VIEW_PARAMS).map_err(|e| ApiError::bad_request(format!("hub.topic: {}", e.text)))?;
     Ok((feed, q))
