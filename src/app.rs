@@ -246,7 +246,11 @@ async fn start_http<S: Store>(
     let listener =
         tokio::net::TcpListener::bind(http.listen).await.with_context(|| format!("http.listen {}", http.listen))?;
     let settings = config.http_settings(http);
-    tracing::info!(addr = %http.listen, base = %settings.base, open_files = ?files, "HTTP face listening");
+    let limits = http::connections::ConnectionLimits {
+        max_connections: connection_cap(http.max_connections, files),
+        header_timeout: std::time::Duration::from_secs(http.header_timeout),
+    };
+    tracing::info!(addr = %http.listen, base = %settings.base, open_files = ?files, max_connections = limits.max_connections, "HTTP face listening");
     tokio::spawn(wakeups.clone().run(wake_rx));
     let hub = http::hub::Hub::new(
         svc.clone(),
@@ -283,9 +287,29 @@ async fn start_http<S: Store>(
         let stopped = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        http::serve(listener, state, hub.routes(), stopped).await
+        http::serve(listener, state, hub.routes(), limits, stopped).await
     });
     Ok(())
+}
+
+/// Open files kept for everything but HTTP connections: the store, the XMPP link, the
+/// metrics endpoint, WebSub deliveries.
+const FILES_KEPT: u64 = 512;
+
+/// `[http] max_connections`, lowered (with a warning) to what the open-file limit allows:
+/// past it accepting would fail instead of waiting.
+fn connection_cap(configured: usize, open_files: Option<u64>) -> usize {
+    let Some(files) = open_files else { return configured };
+    let room = usize::try_from(files.saturating_sub(FILES_KEPT).max(1)).unwrap_or(usize::MAX);
+    if configured > room {
+        tracing::warn!(
+            configured,
+            open_files = files,
+            cap = room,
+            "http.max_connections is more than the open-file limit allows; lowered"
+        );
+    }
+    configured.min(room)
 }
 
 /// Asks again, now and then, the multicast discovery queries still unanswered.

@@ -60,6 +60,15 @@ pub struct HttpConfig {
     /// `Cache-Control: max-age` of full archive documents, seconds.
     #[serde(default = "default_archive_max_age")]
     pub archive_max_age: u64,
+    /// The most HTTP connections open at once; past it new ones wait in the listen backlog
+    /// until one closes. Held long-polls and event streams count.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Seconds a request's head (request line and headers) may take to arrive, counted from
+    /// the moment the connection is ready for it; also how long a kept-alive connection may
+    /// sit idle.
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout: u64,
     /// Who an HTTP request is: `Authorization: Bearer TOKEN` acts as `jid`.
     #[serde(default)]
     pub tokens: Vec<HttpToken>,
@@ -70,6 +79,12 @@ fn default_http_listen() -> std::net::SocketAddr {
 }
 fn default_max_timeout() -> u64 {
     300
+}
+fn default_max_connections() -> usize {
+    10_000
+}
+fn default_header_timeout() -> u64 {
+    10
 }
 fn default_archive_page() -> u64 {
     100
@@ -113,6 +128,12 @@ impl HttpConfig {
         }
         if self.max_timeout == 0 || self.max_timeout > 3600 {
             return bad("http.max_timeout must be 1 to 3600 seconds".into());
+        }
+        if self.max_connections == 0 || self.max_connections > 1_000_000 {
+            return bad("http.max_connections must be 1 to 1000000".into());
+        }
+        if self.header_timeout == 0 || self.header_timeout > 300 {
+            return bad("http.header_timeout must be 1 to 300 seconds".into());
         }
         if self.archive_page == 0 || self.archive_page > 10_000 {
             return bad("http.archive_page must be 1 to 10000".into());
@@ -576,6 +597,8 @@ allowed = ["bob@x", "*@example.net"]
             (GOOD.replace("secret = \"s\"", "secret = \"\""), "secret"),
             (GOOD.replace("[[feeds]]", "[limits]\nrequests_per_domain = 0\n[[feeds]]"), "requests_per_domain"),
             (GOOD.replace("[[feeds]]", "[http]\nlisten = \"nowhere\"\n[[feeds]]"), "listen"),
+            (GOOD.replace("[[feeds]]", "[http]\nmax_connections = 0\n[[feeds]]"), "http.max_connections"),
+            (GOOD.replace("[[feeds]]", "[http]\nheader_timeout = 0\n[[feeds]]"), "http.header_timeout"),
             (
                 GOOD.replace("[[feeds]]", "[[http.tokens]]\njid = \"a@b\"\ntoken = \"short\"\n[[feeds]]"),
                 "shorter than 16",

@@ -311,11 +311,11 @@ async fn hostile_input_gets_clear_4xx_json_errors() {
     assert_json_error(get("since=nope".into()).await.unwrap(), StatusCode::BAD_REQUEST, "since").await;
     assert_json_error(get("order=sideways".into()).await.unwrap(), StatusCode::BAD_REQUEST, "order").await;
     assert_json_error(get("author=%FF%FE".into()).await.unwrap(), StatusCode::BAD_REQUEST, "UTF-8").await;
-    let many = vec!["max=1"; 10_000].join("&");
+    let many = vec!["max=1"; 100].join("&");
     assert_json_error(get(many).await.unwrap(), StatusCode::BAD_REQUEST, "parameters").await;
-    let long = format!("author={}", "a".repeat(20_000));
+    let long = format!("author={}", "a".repeat(9_000));
     assert_json_error(get(long).await.unwrap(), StatusCode::URI_TOO_LONG, "longer").await;
-    // Past what a URI may hold at all: the HTTP stack refuses it before any handler.
+    // Past what a request's head may hold: the HTTP stack refuses it before any handler.
     let huge = raw(&format!("GET /feeds/hostile/?author={} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(100_000))).await;
     assert!(huge.starts_with("HTTP/1.1 4"), "{}", &huge[..huge.len().min(200)]);
     // Too many headers, and a header too large.

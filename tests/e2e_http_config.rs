@@ -1,5 +1,6 @@
 //! `check-config` on `[http]` (SPEC §9), without any server: a usable table passes, a bad
-//! address, a short token or a token given twice exits 2 with the reason.
+//! address, a short token, a token given twice or a connection bound out of range exits 2
+//! with the reason.
 
 use std::process::Output;
 
@@ -14,8 +15,7 @@ fn check(tables: &str) -> Output {
 
 #[test]
 fn check_config_validates_the_http_table() {
-    let good =
-        "[http]\nlisten = \"127.0.0.1:8080\"\n[[http.tokens]]\njid = \"bot@localhost\"\ntoken = \"0123456789abcdef\"\n";
+    let good = "[http]\nlisten = \"127.0.0.1:8080\"\nmax_connections = 20000\nheader_timeout = 5\n[[http.tokens]]\njid = \"bot@localhost\"\ntoken = \"0123456789abcdef\"\n";
     assert_accepted(&check(good));
     for (http, needle) in [
         ("[http]\nlisten = \"nowhere:80\"\n", "listen"),
@@ -29,6 +29,9 @@ fn check_config_validates_the_http_table() {
             "twice",
         ),
         ("[http]\nmax_timeout = 0\n", "max_timeout"),
+        ("[http]\nmax_connections = 0\n", "max_connections"),
+        ("[http]\nheader_timeout = 0\n", "header_timeout"),
+        ("[http]\nheader_timeout = 301\n", "header_timeout"),
         ("[http]\nsurprise = 1\n", "surprise"),
     ] {
         let err = assert_refused(&check(http), &[needle]);

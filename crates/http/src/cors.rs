@@ -10,7 +10,6 @@
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use feed::policy::{Access, Policy};
-use percent_encoding::percent_decode_str;
 use std::sync::Arc;
 use std::time::Duration;
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -19,7 +18,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 fn feed_of(path: &str) -> Option<String> {
     let rest = path.strip_prefix("/feeds/")?;
     let segment = rest.split('/').next().filter(|s| !s.is_empty())?;
-    percent_decode_str(segment).decode_utf8().ok().map(|s| s.into_owned())
+    super::bounds::percent_decode(segment).ok()
 }
 
 /// Whether a browser on any origin may read what `parts` asks for.

@@ -4,7 +4,8 @@
 //! `Policy::may` (a bearer token acts as its configured JID), and held requests are woken
 //! by the same change stream that feeds XMPP pushes.
 //!
-//! Files: `actor` (who a request is), `answers` (the JSON bodies, typed), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
+//! Files: `connections` (how connections are taken: their cap and timeouts, the head's
+//! bounds), `bounds` (what a request's path and body must keep to), `actor` (who a request is), `answers` (the JSON bodies, typed), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
 //! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
 //! `single_flight` (one read shared by many waiters), `cors` (cross-origin reads of open
 //! feeds), `sse` (event streams), `archive` (RFC 5005 documents), `writes` (PUT, POST,
@@ -20,6 +21,8 @@ pub mod answers;
 pub mod archive;
 pub mod asked;
 pub mod auth;
+pub mod bounds;
+pub mod connections;
 pub mod cors;
 pub mod errors;
 pub mod formats;
@@ -97,9 +100,6 @@ impl<S: Store> HttpState<S> {
 
 pub type St<S> = State<Arc<HttpState<S>>>;
 
-/// How long reading a request body may take (a slow-loris body is cut off with 408).
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The router of the HTTP face. `more` is routes served beside it (the WebSub hub's), behind
 /// the same gate, CORS, timeout and tracing; this face does not know what they are.
 pub fn router<S: Store>(state: Arc<HttpState<S>>, more: axum::Router) -> axum::Router {
@@ -132,12 +132,21 @@ pub fn router<S: Store>(state: Arc<HttpState<S>>, more: axum::Router) -> axum::R
         .layer(tower_http::trace::TraceLayer::new_for_http())
 }
 
-/// Every request: who it is (401 for an unknown token), its rate (per token JID, else per
-/// IP; admins are not limited), and its metrics.
+/// The largest body any route takes: an Atom entry at the payload limit, with a little room
+/// for an XML declaration around it.
+pub fn body_limit<S: Store>(svc: &Service<S>) -> usize {
+    svc.policy().limits.max_payload_bytes + 1024
+}
+
+/// Every request: its path and announced body within [`bounds`] (400, 413), who it is (401
+/// for an unknown token), its rate (per token JID, else per IP; admins are not limited),
+/// and its metrics.
 async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_string();
     let res = async {
+        bounds::check_path(req.uri().path())?;
+        bounds::check_announced(req.headers(), body_limit(&st.svc))?;
         let actor = st.tokens.actor(req.headers())?;
         if req.method() != Method::OPTIONS {
             let key = match &actor {
@@ -174,15 +183,17 @@ async fn health<S: Store>(State(st): St<S>) -> Response {
     }
 }
 
-/// Serves the HTTP face on `listener` until `stop` resolves. Held requests end with it.
+/// Serves the HTTP face on `listener` within `limits` until `stop` resolves. Held requests
+/// end with it.
 pub async fn serve<S: Store>(
     listener: tokio::net::TcpListener,
     state: Arc<HttpState<S>>,
     more: axum::Router,
+    limits: connections::ConnectionLimits,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(state, more).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app).with_graceful_shutdown(stop).await
+    let metrics = state.metrics.clone();
+    connections::serve(listener, router(state, more), limits, metrics, stop).await
 }
 
 /// Raises the soft open-file limit to the hard one, so thousands of clients can connect

@@ -3,10 +3,10 @@
 //! pull's (`since`, `until`, `max`, `timeout`, `callback`, `format`). An unknown, repeated, empty or
 //! malformed parameter is a 400 naming it.
 
+use super::bounds::percent_decode;
 use super::errors::{ApiError, quote};
 use super::formats::Format;
 use feed::{NodeName, Position};
-use percent_encoding::percent_decode_str;
 
 /// More parameters than this is refused before any is looked at.
 const MAX_PARAMS: usize = 16;
@@ -27,11 +27,10 @@ pub struct FeedQuery {
     pub format: Option<Format>,
 }
 
+/// A key or value decoded (`+` is a space), or a 400 naming the parameter `what`.
 fn decode(raw: &str, what: &str) -> Result<String, ApiError> {
-    percent_decode_str(&raw.replace('+', " "))
-        .decode_utf8()
-        .map(|s| s.into_owned())
-        .map_err(|_| ApiError::bad_request(format!("parameter {:?} is not UTF-8", quote(what))))
+    percent_decode(&raw.replace('+', " "))
+        .map_err(|e| ApiError::bad_request(format!("parameter {:?} {}", quote(what), e.says())))
 }
 
 /// Whether `name` may be a JSON-P callback: `^[A-Za-z_$][A-Za-z0-9_$.]{0,63}$`.
@@ -154,6 +153,9 @@ mod tests {
             ("callback=a(b)", "callback"),
             ("max=1&&timeout=2", "empty"),
             ("author=%FF", "UTF-8"),
+            ("author=%zz", "author"),
+            ("since=id:%zz", "since"),
+            ("%zz=1", "percent-escape"),
         ] {
             let e = FeedQuery::parse(Some(raw), ALL).unwrap_err();
             assert_eq!(e.status, 400, "{raw}");

@@ -6,9 +6,10 @@
 use super::answers::{EntryRefusals, FeedPath, ItemPath, Published, Refusals};
 use super::asked::Asked;
 use super::auth::Actor;
+use super::bounds::{check_xml, read_body};
 use super::errors::{ApiError, quote};
 use super::resolve::feed_base;
-use super::{BODY_TIMEOUT, HttpState, St};
+use super::{HttpState, St, body_limit};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -33,21 +34,8 @@ async fn read_entry<S: Store>(st: &HttpState<S>, headers: &HeaderMap, body: Body
         ));
     }
     let limit = st.svc.policy().limits.max_payload_bytes;
-    let too_big = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload-too-big",
-            format!("the entry is larger than {limit} bytes"),
-        )
-    };
-    // A little room for an XML declaration around an entry at the limit.
-    let bytes = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, limit + 1024)).await {
-        Err(_) => {
-            return Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "request-timeout", "the body came too slowly"));
-        }
-        Ok(Err(_)) => return Err(too_big()),
-        Ok(Ok(b)) => b,
-    };
+    let bytes = read_body(body, body_limit(&st.svc)).await?;
+    check_xml(&bytes)?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid-payload", "the body is not UTF-8"))?;
     let text = text.trim_start_matches('\u{feff}');
@@ -65,7 +53,11 @@ async fn read_entry<S: Store>(st: &HttpState<S>, headers: &HeaderMap, body: Body
     let entry = feed::atom::inspect_entry(std::iter::once(&Node::Element(element)))
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid-payload", e.to_string()))?;
     if entry.xml.len() > limit {
-        return Err(too_big());
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload-too-big",
+            format!("the entry is larger than {limit} bytes"),
+        ));
     }
     Ok(entry)
 }

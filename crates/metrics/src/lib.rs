@@ -65,6 +65,8 @@ pub struct Metrics {
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_request_seconds: Histogram,
     pub http_held: Family<HeldLabel, Gauge>,
+    /// HTTP connections open (at most `[http] max_connections`).
+    pub http_connections: Gauge,
     /// The WebSub hub's (`smartfeeds_hub_*`).
     pub hub: hub::HubMetrics,
 }
@@ -151,12 +153,15 @@ impl Metrics {
         );
         let http_held = Family::<HeldLabel, Gauge>::default();
         registry.register("http_held", "HTTP requests held open, by kind (longpoll, stream)", http_held.clone());
+        let http_connections = Gauge::default();
+        registry.register("http_connections", "HTTP connections open", http_connections.clone());
         let hub = hub::HubMetrics::register(&mut registry);
         Metrics {
             hub,
             http_requests,
             http_request_seconds,
             http_held,
+            http_connections,
             registry,
             requests,
             request_seconds,

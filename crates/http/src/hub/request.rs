@@ -12,13 +12,12 @@ use crate::errors::{ApiError, quote};
 use crate::query::FeedQuery;
 use crate::resolve::resolve;
 use axum::Extension;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use feed::ports::Store;
 use feed::service::PullRequest;
-use percent_encoding::percent_decode_str;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -76,7 +75,7 @@ fn topic_parts(base: &str, topic: &str) -> Result<(String, FeedQuery), ApiError>
     if segment.is_empty() || segment.contains('/') {
         return Err(not_ours());
     }
-    let feed = percent_decode_str(segment).decode_utf8().map_err(|_| not_ours())?.into_owned();
+    let feed = crate::bounds::percent_decode(segment).map_err(|_| not_ours())?;
     let q =
         FeedQuery::parse(query, VIEW_PARAMS).map_err(|e| ApiError::bad_request(format!("hub.topic: {}", e.text)))?;
     Ok((feed, q))
@@ -110,7 +109,7 @@ pub async fn post<S: Store>(
     State(hub): State<Arc<Hub<S>>>,
     Extension(actor): Extension<Actor>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let ctype = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !ctype.trim_start().to_ascii_lowercase().starts_with("application/x-www-form-urlencoded") {
@@ -120,7 +119,7 @@ pub async fn post<S: Store>(
             "a subscription request is a form sent as application/x-www-form-urlencoded",
         ));
     }
-    let form = Form::parse(&body)?;
+    let form = Form::parse(&crate::bounds::read_body(body, crate::body_limit(&hub.svc)).await?)?;
     let mode = match form.required("hub.mode")? {
         "subscribe" => Mode::Subscribe,
         "unsubscribe" => Mode::Unsubscribe,

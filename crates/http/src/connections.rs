@@ -1,0 +1,108 @@
+//! How the HTTP face takes connections (SPEC §9; README "Bounds"), on hyper's HTTP/1.1 server:
+//!
+//! - at most `max_connections` at once. Past that, no more are accepted: new ones wait in
+//!   the kernel's listen backlog until one closes (and past the backlog the kernel drops
+//!   their connection attempts, which clients retry), so one more client costs nothing;
+//! - the head of each request (request line and headers) must arrive within
+//!   `header_timeout`, counted from the moment the connection is ready for it: a slow-loris
+//!   client, or a kept-alive connection left idle, is closed when it runs out;
+//! - at most [`MAX_HEADERS`] headers and [`MAX_HEAD`] bytes of head: 431 past them, 414
+//!   for a longer request target;
+//! - hyper refuses odd framing with 400 and closes the connection: `Content-Length`
+//!   repeated with different values or not a number, obsolete line folding, a
+//!   `Transfer-Encoding` whose last coding is not `chunked`, white space before a colon.
+//!   A request framed both by `Content-Length` and `Transfer-Encoding` is read by the
+//!   latter and the connection closed after its answer (RFC 9112 §6.1), so whatever the
+//!   other framing would have made of the rest is never read as a request.
+//!
+//! The body is bounded by [`bounds`](super::bounds), once routed.
+
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use metrics::Metrics;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+/// The most headers a request may carry.
+pub const MAX_HEADERS: usize = 64;
+/// The most bytes a request's head (request line and headers) may take.
+pub const MAX_HEAD: usize = 16 * 1024;
+
+/// The bounds on connections `[http]` sets.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+}
+
+/// Serves `app` on `listener` within `limits` until `stop` resolves; then stops accepting,
+/// lets requests in flight finish (held ones end with the face's closing signal) and returns
+/// once every connection is closed.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    limits: ConnectionLimits,
+    metrics: Arc<Metrics>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_headers(MAX_HEADERS)
+        .max_header_size(MAX_HEAD);
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        // A free place first, then a connection: past the cap they wait in the backlog.
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            () = &mut stop => break,
+        };
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let service = app.clone().map_request(move |mut req: axum::http::Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            req.map(axum::body::Body::new)
+        });
+        let conn = graceful.watch(http1.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service)));
+        let open = metrics.http_connections.clone();
+        open.inc();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "HTTP connection ended");
+            }
+            open.dec();
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// An accept that failed: a connection reset before it was taken is nothing; anything else
+/// (out of file descriptors) is logged and waited out, as a busy loop would not help.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::*;
+    if matches!(e.kind(), ConnectionAborted | ConnectionReset | ConnectionRefused) {
+        return;
+    }
+    tracing::warn!(error = %e, "cannot accept an HTTP connection; trying again in a second");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}

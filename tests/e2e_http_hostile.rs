@@ -1,0 +1,444 @@
+//! End to end, the HTTP face under attack (SPEC §9; README "Bounds"): the real binary, spoken to
+//! over raw TCP as an attacker would, byte for byte. Heads past their bounds, odd framing
+//! and smuggling, bodies announced too large, bad escapes, path tricks on item ids, XML
+//! bombs, slow-loris clients and more connections than the cap: each gets the answer (or
+//! the closed connection) a user would check for, at once or within the header timeout,
+//! while the service goes on serving others, held long-polls and event streams included.
+
+use std::time::{Duration, Instant};
+use testkit::Shared;
+use testkit::http::{BOT, HttpFixture, http_table, put_entry};
+use testkit::process::free_port;
+use testkit::pubsub::small_entry;
+use testkit::smartfeeds::{bot_feeds, metric, scrape_metrics};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// `[http] header_timeout` of both fixtures, seconds.
+const HEADER_TIMEOUT: u64 = 2;
+/// `[http] max_connections` of the capped fixture.
+const CAP: usize = 8;
+
+/// The shared fixture and its metrics port.
+struct Hostile {
+    fx: HttpFixture,
+    metrics: u16,
+}
+
+static HOSTILE: Shared<Hostile> = Shared::new();
+static CAPPED: Shared<HttpFixture> = Shared::new();
+
+fn hostile() -> &'static Hostile {
+    HOSTILE.get_or_start(|| {
+        let metrics = free_port();
+        let fx = HttpFixture::start(|port| {
+            let http = http_table(port, &format!("header_timeout = {HEADER_TIMEOUT}\n"), &["bot"]);
+            format!("{http}\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\n{}", bot_feeds(&["hostile", "held"]))
+        });
+        Hostile { fx, metrics }
+    })
+}
+
+/// A smartfeeds that takes at most [`CAP`] connections.
+fn capped() -> &'static HttpFixture {
+    CAPPED.get_or_start(|| {
+        HttpFixture::start(|port| {
+            let settings = format!("header_timeout = {HEADER_TIMEOUT}\nmax_connections = {CAP}\n");
+            format!("{}{}", http_table(port, &settings, &["bot"]), bot_feeds(&["capped"]))
+        })
+    })
+}
+
+fn addr(fx: &HttpFixture) -> String {
+    fx.base.trim_start_matches("http://").to_string()
+}
+
+/// One answer as read off the wire.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+/// Reads one answer (an interim `100 Continue` counts as one); `None` when the server
+/// closes the connection first. Bodies are framed by `Content-Length`, as all of the face's
+/// answers to these requests are.
+async fn read_answer(s: &mut TcpStream) -> Option<Answer> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("a status line: {head}"));
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse::<usize>().expect("a length"));
+    while buf.len() < head_end + length {
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = String::from_utf8_lossy(&buf[head_end..]).to_string();
+    Some(Answer { status, head, body })
+}
+
+/// Whether the server closes `s` within `within` (reading nothing more from it).
+async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(tokio::time::timeout(within, s.read(&mut byte)).await, Ok(Ok(0) | Err(_)))
+}
+
+/// Sends `request` on a fresh connection to `fx`; the first answer and how long it took.
+async fn exchange(fx: &HttpFixture, request: &[u8]) -> (Option<Answer>, Duration, TcpStream) {
+    let mut s = TcpStream::connect(addr(fx)).await.expect("connect");
+    let started = Instant::now();
+    let _ = s.write_all(request).await;
+    let answer = tokio::time::timeout(Duration::from_secs(15), read_answer(&mut s)).await.expect("an answer in time");
+    (answer, started.elapsed(), s)
+}
+
+/// Sends `request` and expects `status`, at once (within a second), with `needle` in the
+/// JSON error's text when given; returns the answer.
+async fn refused(fx: &HttpFixture, request: &[u8], status: u16, needle: Option<&str>) -> Answer {
+    let what = String::from_utf8_lossy(&request[..request.len().min(120)]).to_string();
+    let (answer, took, _) = exchange(fx, request).await;
+    let answer = answer.unwrap_or_else(|| panic!("no answer to {what:?}"));
+    assert_eq!(answer.status, status, "{what:?}: {answer:?}");
+    assert!(took < Duration::from_secs(1), "{what:?} answered after {took:?}");
+    if let Some(needle) = needle {
+        assert!(answer.head.contains("content-type: application/json"), "{what:?}: {answer:?}");
+        assert!(answer.body.contains(needle), "{what:?}: {needle:?} not in {}", answer.body);
+    }
+    answer
+}
+
+/// A GET of `path` with the usual headers, closing after the answer.
+fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").into_bytes()
+}
+
+/// A publish of `body` to `path` with the bot's token.
+fn put(path: &str, body: &[u8]) -> Vec<u8> {
+    let mut req = format!(
+        "PUT {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {BOT}\r\nContent-Type: application/atom+xml\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(body);
+    req
+}
+
+/// The service still answers an ordinary request.
+async fn still_serves(fx: &HttpFixture, feed: &str) {
+    let (answer, _, _) = exchange(fx, &get(&format!("/feeds/{feed}/"))).await;
+    assert_eq!(answer.map(|a| a.status), Some(200), "an ordinary GET after the attack");
+}
+
+#[tokio::test]
+async fn heads_past_their_bounds_are_refused_at_once() {
+    let fx = &hostile().fx;
+    let big_header = format!("GET /feeds/hostile/ HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(64 * 1024));
+    let many: String = (0..65).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let many_headers = format!("GET /feeds/hostile/ HTTP/1.1\r\nHost: x\r\n{many}\r\n");
+    let long_target = format!("GET /feeds/hostile/?author={} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(20_000));
+    for request in [big_header, many_headers, long_target] {
+        let (answer, took, mut s) = exchange(fx, request.as_bytes()).await;
+        assert_eq!(answer.map(|a| a.status), Some(431), "{}", &request[..60]);
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        assert!(closed_within(&mut s, Duration::from_secs(1)).await, "closed after the refusal");
+    }
+    // A control character in the request line.
+    refused(fx, b"GET /feeds/hostile/items/a\x01b HTTP/1.1\r\nHost: x\r\n\r\n", 400, None).await;
+    still_serves(fx, "hostile").await;
+}
+
+#[tokio::test]
+async fn odd_framing_is_refused_and_nothing_is_smuggled() {
+    let fx = &hostile().fx;
+    let post = "POST /hub HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n";
+    for framing in [
+        "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        "Content-Length: -5\r\n\r\nhello",
+        "Content-Length: 5, 6\r\n\r\nhello",
+        "Content-Length : 5\r\n\r\nhello",
+        "Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+        "Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+        "X-Folded: a\r\n b\r\nContent-Length: 5\r\n\r\nhello",
+    ] {
+        let request = format!("{post}{framing}");
+        let (answer, _, mut s) = exchange(fx, request.as_bytes()).await;
+        assert_eq!(answer.map(|a| a.status), Some(400), "{framing:?}");
+        assert!(closed_within(&mut s, Duration::from_secs(1)).await, "{framing:?}: closed after the refusal");
+    }
+    // Both framings: read as chunked (an empty body), then the connection is closed, so
+    // the request hidden after the chunked body is never answered.
+    let smuggled = format!(
+        "{post}Content-Length: 60\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n\
+         GET /feeds/hostile/items/smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+    );
+    let (answer, _, mut s) = exchange(fx, smuggled.as_bytes()).await;
+    let answer = answer.expect("an answer to the outer request");
+    assert!(answer.head.contains("connection: close"), "{answer:?}");
+    assert!(tokio::time::timeout(Duration::from_secs(3), read_answer(&mut s)).await.expect("closed").is_none());
+    still_serves(fx, "hostile").await;
+}
+
+#[tokio::test]
+async fn bodies_announced_too_large_are_refused_before_they_are_read() {
+    let fx = &hostile().fx;
+    let announced = |expect: &str| {
+        format!(
+            "PUT /feeds/hostile/items/big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {BOT}\r\n\
+             Content-Type: application/atom+xml\r\nContent-Length: 100000000\r\n{expect}\r\n"
+        )
+    };
+    // Waiting for `100 Continue`: the first answer is the refusal, not the invitation.
+    let answer = refused(fx, announced("Expect: 100-continue\r\n").as_bytes(), 413, Some("payload-too-big")).await;
+    assert!(answer.body.contains("larger than"), "{answer:?}");
+    // Not waiting: refused at once, not after the body timeout.
+    refused(fx, announced("").as_bytes(), 413, Some("payload-too-big")).await;
+    // The hub's form, likewise.
+    let hub = "POST /hub HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+               Content-Length: 100000000\r\n\r\n";
+    refused(fx, hub.as_bytes(), 413, Some("payload-too-big")).await;
+    // A chunked body announces nothing: cut at the limit as it is read.
+    let chunk = "x".repeat(50_000);
+    let chunked = format!(
+        "PUT /feeds/hostile/items/big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {BOT}\r\n\
+         Content-Type: application/atom+xml\r\nTransfer-Encoding: chunked\r\n\r\n\
+         {len:x}\r\n{chunk}\r\n{len:x}\r\n{chunk}\r\n0\r\n\r\n",
+        len = chunk.len()
+    );
+    refused(fx, chunked.as_bytes(), 413, Some("payload-too-big")).await;
+    let ok = put_entry(&reqwest::Client::new(), &fx.base, "hostile", "fits", BOT, &small_entry("fits")).await;
+    assert_eq!(ok.expect("PUT").status(), 200, "an entry within the limit is published");
+}
+
+#[tokio::test]
+async fn bad_escapes_and_parameters_are_400s_naming_them() {
+    let fx = &hostile().fx;
+    for (query, needle) in [
+        ("since=id:%zz", "since"),
+        ("author=%zz", "author"),
+        ("category=%C3", "category"),
+        ("order=created%", "order"),
+        ("%zz=1", "percent-escape"),
+        ("callback=alert(1)", "callback"),
+        ("callback=%3Cscript%3E", "callback"),
+        ("callback=a%3Bb", "callback"),
+        ("max=1&max=1", "more than once"),
+    ] {
+        refused(fx, &get(&format!("/feeds/hostile/?{query}")), 400, Some(needle)).await;
+    }
+    let seventeen = vec!["x=1"; 17].join("&");
+    refused(fx, &get(&format!("/feeds/hostile/?{seventeen}")), 400, Some("parameters")).await;
+    let long = format!("author={}", "a".repeat(9_000));
+    refused(fx, &get(&format!("/feeds/hostile/?{long}")), 414, Some("longer")).await;
+    // A good callback is served as JSON-P.
+    let (answer, _, _) = exchange(fx, &get("/feeds/hostile/?callback=cb.x_1")).await;
+    let answer = answer.expect("an answer");
+    assert_eq!(answer.status, 200);
+    assert!(answer.body.starts_with("/**/cb.x_1("), "{}", answer.body);
+}
+
+#[tokio::test]
+async fn item_ids_in_paths_cannot_traverse_or_hold_control_characters() {
+    let fx = &hostile().fx;
+    let entry = small_entry("trick");
+    for id in
+        ["..", ".", "%2E%2E", "..%2F..%2Fetc%2Fpasswd", "a%2F..%2Fb", "a%00b", "a%0D%0AX-Injected:%201", "%zz", "a%FFb"]
+    {
+        let path = format!("/feeds/hostile/items/{id}");
+        refused(fx, &get(&path), 400, Some("bad path segment")).await;
+        refused(fx, &put(&path, entry.as_bytes()), 400, Some("bad path segment")).await;
+        let delete = format!("DELETE {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {BOT}\r\n\r\n");
+        refused(fx, delete.as_bytes(), 400, Some("bad path segment")).await;
+    }
+    refused(fx, &get("/feeds/%FF/"), 400, Some("bad path segment")).await;
+    // None of them was published.
+    let (answer, _, _) = exchange(fx, &get("/feeds/hostile/?max=100")).await;
+    let body = answer.expect("an answer").body;
+    assert!(!body.contains("trick"), "{body}");
+}
+
+#[tokio::test]
+async fn xml_bombs_external_entities_and_deep_nesting_are_refused_at_once() {
+    let fx = &hostile().fx;
+    const ATOM: &str = "http://www.w3.org/2005/Atom";
+    // "Billion laughs": ten levels of ten, 10^9 copies once expanded.
+    let mut laughs = String::from("<?xml version=\"1.0\"?><!DOCTYPE lolz [<!ENTITY lol0 \"lol\">");
+    for i in 1..10 {
+        laughs.push_str(&format!("<!ENTITY lol{i} \"{}\">", format!("&lol{};", i - 1).repeat(10)));
+    }
+    laughs.push_str(&format!("]><entry xmlns=\"{ATOM}\"><title>&lol9;</title></entry>"));
+    let external = format!(
+        "<?xml version=\"1.0\"?><!DOCTYPE e [<!ENTITY x SYSTEM \"file:///etc/passwd\">]>\
+         <entry xmlns=\"{ATOM}\"><title>&x;</title></entry>"
+    );
+    let parameter =
+        format!("<!DOCTYPE e [<!ENTITY % p SYSTEM \"http://127.0.0.1:1/evil.dtd\"> %p;]><entry xmlns=\"{ATOM}\"/>");
+    for bomb in [&laughs, &external, &parameter] {
+        let answer = refused(fx, &put("/feeds/hostile/items/bomb", bomb.as_bytes()), 400, Some("DTD")).await;
+        assert!(!answer.body.contains("root:"), "{answer:?}");
+    }
+    let undeclared = format!("<entry xmlns=\"{ATOM}\"><title>&x;</title></entry>");
+    refused(fx, &put("/feeds/hostile/items/bomb", undeclared.as_bytes()), 400, Some("entity")).await;
+    // 9,000 levels deep, within the size limit.
+    let deep =
+        format!("<entry xmlns=\"{ATOM}\"><title>t</title>{}{}</entry>", "<a>".repeat(9_000), "</a>".repeat(9_000));
+    refused(fx, &put("/feeds/hostile/items/bomb", deep.as_bytes()), 400, Some("levels deep")).await;
+    // Nesting within the bound is fine.
+    let nested = format!(
+        "<entry xmlns=\"{ATOM}\"><id>urn:nested</id><title>t</title><content type=\"xhtml\">\
+         <div xmlns=\"http://www.w3.org/1999/xhtml\">{}{}</div></content></entry>",
+        "<span>".repeat(100),
+        "</span>".repeat(100)
+    );
+    let (answer, _, _) = exchange(fx, &put("/feeds/hostile/items/nested", nested.as_bytes())).await;
+    assert_eq!(answer.map(|a| a.status), Some(200));
+}
+
+#[tokio::test]
+async fn slow_clients_are_cut_off_by_the_header_timeout() {
+    let fx = &hostile().fx;
+    let timeout = Duration::from_secs(HEADER_TIMEOUT);
+    let cut = |took: Duration| took >= timeout - Duration::from_millis(300) && took < timeout + Duration::from_secs(2);
+    // A request line, then silence.
+    let mut s = TcpStream::connect(addr(fx)).await.unwrap();
+    s.write_all(b"GET /feeds/hostile/ HTTP/1.1\r\n").await.unwrap();
+    let started = Instant::now();
+    assert!(closed_within(&mut s, Duration::from_secs(30)).await, "closed");
+    assert!(cut(started.elapsed()), "a silent head is cut after the header timeout: {:?}", started.elapsed());
+    // A header line every 300 ms: the timeout counts from the start, not from the last byte.
+    let mut s = TcpStream::connect(addr(fx)).await.unwrap();
+    let started = Instant::now();
+    s.write_all(b"GET /feeds/hostile/ HTTP/1.1\r\n").await.unwrap();
+    let mut line = 0;
+    while s.write_all(format!("X-Slow-{line}: x\r\n").as_bytes()).await.is_ok() && started.elapsed() < 4 * timeout {
+        line += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(cut(started.elapsed()), "a trickled head is cut after the header timeout: {:?}", started.elapsed());
+    // A kept-alive connection left idle after an answer.
+    let mut s = TcpStream::connect(addr(fx)).await.unwrap();
+    s.write_all(b"GET /feeds/hostile/ HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    assert_eq!(read_answer(&mut s).await.map(|a| a.status), Some(200));
+    let started = Instant::now();
+    assert!(closed_within(&mut s, Duration::from_secs(30)).await, "closed");
+    assert!(cut(started.elapsed()), "an idle connection is closed after the header timeout: {:?}", started.elapsed());
+}
+
+/// Slow-loris connections held by an attacker, each opened again as soon as the server
+/// cuts it off, until `stop` is set.
+fn slow_loris(addr: String, n: usize, stop: tokio::sync::watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let (addr, mut stop) = (addr.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !*stop.borrow() {
+                    let Ok(mut s) = TcpStream::connect(&addr).await else {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    };
+                    let _ = s.write_all(b"GET /feeds/hostile/ HTTP/1.1\r\nHost: x\r\n").await;
+                    tokio::select! {
+                        _ = closed_within(&mut s, Duration::from_secs(60)) => {}
+                        _ = stop.changed() => {}
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn many_slow_clients_stop_neither_others_nor_held_requests() {
+    let h = hostile();
+    let fx = &h.fx;
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    // Held before the attack: a long-poll and an event stream on the feed "held".
+    let poll = tokio::spawn(client.get(fx.url("/feeds/held/?order=created&timeout=40")).send());
+    let mut stream = client
+        .get(fx.url("/feeds/held/?order=created"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .expect("an event stream");
+    assert_eq!(stream.status(), 200);
+    // 400 slow-loris connections, kept up for longer than the header timeout.
+    const SLOW: usize = 400;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let attackers = slow_loris(addr(fx), SLOW, stopped);
+    let mut open = 0.0;
+    for _ in 0..100 {
+        open = metric(&scrape_metrics(h.metrics), "smartfeeds_http_connections").unwrap_or(0.0);
+        if open >= SLOW as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(open >= SLOW as f64, "the slow connections are open: {open}");
+    // Meanwhile an ordinary client, one new connection per request, for twice the timeout.
+    let mut took = Vec::new();
+    let until = Instant::now() + 2 * Duration::from_secs(HEADER_TIMEOUT);
+    while Instant::now() < until {
+        let started = Instant::now();
+        let (answer, _, _) = exchange(fx, &get("/feeds/hostile/")).await;
+        assert_eq!(answer.map(|a| a.status), Some(200), "an ordinary GET during the attack");
+        took.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    took.sort();
+    let worst = *took.last().unwrap();
+    assert!(worst < Duration::from_secs(1), "{} GETs during the attack, the slowest {worst:?}", took.len());
+    // A publish during the attack reaches the held long-poll and the stream.
+    let res = put_entry(&client, &fx.base, "held", "h1", BOT, &small_entry("h1")).await.expect("PUT");
+    assert_eq!(res.status(), 200);
+    let polled = tokio::time::timeout(Duration::from_secs(10), poll).await.expect("the long-poll answers").unwrap();
+    let polled = polled.expect("the long-poll").text().await.unwrap();
+    assert!(polled.contains("\"h1\""), "{polled}");
+    let mut events = String::new();
+    while !events.contains("h1") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), stream.chunk()).await.expect("an event in time");
+        events.push_str(&String::from_utf8_lossy(&chunk.expect("the stream").expect("not ended")));
+    }
+    let _ = stop.send(true);
+    for a in attackers {
+        a.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn past_max_connections_new_ones_wait_for_a_place() {
+    let fx = capped();
+    // Every place taken by a silent connection.
+    let mut silent = Vec::new();
+    for _ in 0..CAP {
+        let mut s = TcpStream::connect(addr(fx)).await.unwrap();
+        s.write_all(b"GET /feeds/capped/ HTTP/1.1\r\n").await.unwrap();
+        silent.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // One more: its connection waits in the backlog, and is served once the silent ones are
+    // cut off by the header timeout.
+    let started = Instant::now();
+    let (answer, _, _) = exchange(fx, &get("/feeds/capped/")).await;
+    let waited = started.elapsed();
+    assert_eq!(answer.map(|a| a.status), Some(200), "served once a place is free");
+    assert!(waited >= Duration::from_secs(HEADER_TIMEOUT) - Duration::from_millis(800), "it waited: {waited:?}");
+    assert!(waited < Duration::from_secs(HEADER_TIMEOUT + 3), "not longer than the timeout: {waited:?}");
+    for mut s in silent {
+        assert!(closed_within(&mut s, Duration::from_secs(1)).await, "the silent connections were cut off");
+    }
+}
