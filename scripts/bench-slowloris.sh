@@ -31,60 +31,15 @@ hold=${BENCH_HOLD:-60}
 sources=${BENCH_SOURCES:-8}
 max_connections=${BENCH_MAX_CONNECTIONS:-15000}
 header_timeout=${BENCH_HEADER_TIMEOUT:-10}
-log() { printf 'bench-slowloris: %s\n' "$*" >&2; }
-
-if [ "${BENCH_SKIP_BUILD:-0}" != 1 ]; then
-	log "building smartfeeds (profile profiling: release with symbols)"
-	cargo build --profile profiling --quiet --bin smartfeeds
-fi
+name=bench-slowloris
+# shellcheck source=scripts/bench-lib.sh
+. "$repo/scripts/bench-lib.sh"
+bench_build smartfeeds
 smartfeeds=$repo/target/profiling/smartfeeds
+bench_tmp
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/smartfeeds-slowloris-XXXXXX")
-pids=()
-sf_pid=""
-cleanup() {
-	local status=$?
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	[ -z "$sf_pid" ] || kill -TERM "$sf_pid" 2>/dev/null || true
-	[ -z "$sf_pid" ] || wait "$sf_pid" 2>/dev/null || true
-	rm -rf "$tmp"
-	exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-token="bench-token-$$-$RANDOM$RANDOM"
-http=$(free_port)
-metrics=$(free_port)
-cat >"$tmp/smartfeeds.toml" <<TOML
-admins = ["bench@localhost"]
-autocreate = true
-[component]
-jid = "feeds.localhost"
-secret = "unused"
-server = "127.0.0.1:$(free_port)"
-[store]
-path = "$tmp/slowloris.db"
-[http]
-listen = "127.0.0.1:$http"
-max_connections = $max_connections
-header_timeout = $header_timeout
-[[http.tokens]]
-jid = "bench@localhost"
-token = "$token"
-[metrics]
-listen = "127.0.0.1:$metrics"
-TOML
-"$smartfeeds" check-config --config "$tmp/smartfeeds.toml" >/dev/null
-RUST_LOG=${RUST_LOG:-warn} "$smartfeeds" --config "$tmp/smartfeeds.toml" 2>>"$tmp/smartfeeds.log" &
-sf_pid=$!
-base=http://127.0.0.1:$http
-for _ in $(seq 1 100); do
-	curl -fs "$base/health" >/dev/null 2>&1 && break
-	sleep 0.1
-done
-curl -fs "$base/health" >/dev/null || { tail -n 20 "$tmp/smartfeeds.log" >&2; exit 1; }
+bench_start_smartfeeds "$tmp/slowloris.db" "max_connections = $max_connections
+header_timeout = $header_timeout"
 gauge() { curl -fs "http://127.0.0.1:$metrics/metrics" | sed -n 's/^smartfeeds_http_connections //p'; }
 measure() { python3 scripts/slowloris.py measure "$base/feeds/held/?max=10" "$gets"; }
 publish() {

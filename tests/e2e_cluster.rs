@@ -233,19 +233,26 @@ fn breaks(got: &Received) -> Vec<usize> {
     (0..got.len()).filter(|&k| got[k].1.as_deref() != k.checked_sub(1).map(|j| got[j].2.as_str())).collect()
 }
 
-/// What a subscriber would find wrong with `got` when nothing may be lost or repeated.
-fn exact_problems(got: &Received, committed: &[String]) -> Vec<String> {
+/// The ids of `got` in arrival order, the changes pushed more than once, and what is wrong
+/// whatever happened: changes missing, pushes of changes never committed.
+fn tallied<'g>(got: &'g Received, committed: &[String]) -> (Vec<&'g str>, Vec<String>, Vec<String>) {
     let ids: Vec<&str> = got.iter().map(|(i, _, _)| i.as_str()).collect();
     let mut problems = Vec::new();
     let (missing, repeated, unknown) = tally(&ids, committed);
     if !missing.is_empty() {
         problems.push(format!("{} missing: {}", missing.len(), sample(&missing)));
     }
-    if !repeated.is_empty() {
-        problems.push(format!("{} pushed more than once: {}", repeated.len(), sample(&repeated)));
-    }
     if !unknown.is_empty() {
         problems.push(format!("{} never committed: {}", unknown.len(), sample(&unknown)));
+    }
+    (ids, repeated, problems)
+}
+
+/// What a subscriber would find wrong with `got` when nothing may be lost or repeated.
+fn exact_problems(got: &Received, committed: &[String]) -> Vec<String> {
+    let (ids, repeated, mut problems) = tallied(got, committed);
+    if !repeated.is_empty() {
+        problems.push(format!("{} pushed more than once: {}", repeated.len(), sample(&repeated)));
     }
     let order = inversions(&ids, committed);
     if order > 0 {
@@ -262,15 +269,7 @@ fn exact_problems(got: &Received, committed: &[String]) -> Vec<String> {
 /// at most one run of at most [`BATCH`] consecutive changes repeated, none of `after` (the
 /// changes published after the restart), shown by a chain break, nothing else broken.
 fn crash_problems(got: &Received, committed: &[String], after: &HashSet<String>) -> Vec<String> {
-    let ids: Vec<&str> = got.iter().map(|(i, _, _)| i.as_str()).collect();
-    let mut problems = Vec::new();
-    let (missing, repeated, unknown) = tally(&ids, committed);
-    if !unknown.is_empty() {
-        problems.push(format!("{} never committed: {}", unknown.len(), sample(&unknown)));
-    }
-    if !missing.is_empty() {
-        problems.push(format!("{} missing: {}", missing.len(), sample(&missing)));
-    }
+    let (ids, repeated, mut problems) = tallied(got, committed);
     if repeated.len() > BATCH {
         problems.push(format!("{} repeated, more than one batch ({BATCH}): {}", repeated.len(), sample(&repeated)));
     }
