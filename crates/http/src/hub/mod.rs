@@ -98,7 +98,8 @@ pub struct Hub<S: Store> {
 
 impl<S: Store> Hub<S> {
     /// A hub for the HTTP face whose public prefix is `base`. Nothing runs until
-    /// [`start`](Self::start).
+    /// [`start`](Self::start). Each argument is a separate part the wiring hands over.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         svc: Service<S>,
         config: HubConfig,
