@@ -135,9 +135,9 @@ pub fn read_form(body: &[u8], base: &str, config: &HubConfig) -> Result<Asked, A
 /// `POST BASE/hub`: 202 and a verification on its way, or why not.
 #[utoipa::path(post, path = "/hub", operation_id = "hub_request", tag = "websub",
     summary = "Subscribe a callback to a view (or unsubscribe it); the intent is verified with a GET to the callback",
-    request_body(content = String, content_type = "application/x-www-form-urlencoded",
-        description = "hub.mode (subscribe, unsubscribe), hub.topic (a feed URL of this service with its view parameters), \
-            hub.callback, hub.lease_seconds, hub.secret"),
+    request_body(content = crate::answers::HubForm, content_type = "application/x-www-form-urlencoded",
+        description = "hub.mode, hub.topic (a feed URL of this service with its view parameters), hub.callback, \
+            hub.lease_seconds, hub.secret"),
     responses((status = 202, description = "Accepted: the verification of intent follows"),
         (status = 400, description = "A missing or bad field, named in the text", body = crate::answers::ErrorJson),
         (status = 401, description = "An unknown bearer token", body = crate::answers::ErrorJson),
