@@ -48,7 +48,13 @@ async fn read_entry<S: Store>(st: &HttpState<S>, headers: &HeaderMap, body: Body
         Ok(Err(_)) => return Err(too_big()),
         Ok(Ok(b)) => b,
     };
-    let text = std::str::from_utf8(&bytes)
+    entry_from_body(&bytes, limit)
+}
+
+/// The check of a published body (read whole, its type checked): UTF-8, an optional XML
+/// declaration, then exactly one Atom entry of at most `limit` bytes once serialised.
+pub fn entry_from_body(bytes: &[u8], limit: usize) -> Result<Entry, ApiError> {
+    let text = std::str::from_utf8(bytes)
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid-payload", "the body is not UTF-8"))?;
     let text = text.trim_start_matches('\u{feff}');
     let text = match text.trim_start().strip_prefix("<?xml") {
@@ -65,7 +71,11 @@ async fn read_entry<S: Store>(st: &HttpState<S>, headers: &HeaderMap, body: Body
     let entry = feed::atom::inspect_entry(std::iter::once(&Node::Element(element)))
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid-payload", e.to_string()))?;
     if entry.xml.len() > limit {
-        return Err(too_big());
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload-too-big",
+            format!("the entry is larger than {limit} bytes"),
+        ));
     }
     Ok(entry)
 }
