@@ -3,7 +3,8 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      (default 60 s each, every target)
 # Targets (fuzz/fuzz_targets/): stanza (stanza parsing, routing and the core), query (the HTTP
 # query and position-spec parser), websub_form (the hub's request form), atom_entry (the
-# check of an HTTP publish's body), feed_document (feed documents as sources read them).
+# check of an HTTP publish's body), feed_document (feed documents read with feed-rs, as
+# sources will read them).
 # Each starts from its seeds (fuzz/seeds/TARGET/) and the corpus earlier runs grew
 # (fuzz/corpus/TARGET/, not kept in git). A crash stops the script with libFuzzer's report
 # and the input under fuzz/artifacts/TARGET/. The last line per target gives its executions.
