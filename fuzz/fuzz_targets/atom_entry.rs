@@ -14,13 +14,13 @@ fuzz_target!(
     // default hook again. A panic that is not caught still aborts the run.
     init: drop(std::panic::take_hook()),
     |data: &[u8]| {
-    if let Ok(entry) = http::writes::entry_from_body(data, LIMIT) {
-        assert!(entry.xml.len() <= LIMIT);
-        let stored = feed::atom::parse_stored(&entry.xml).expect("a stored entry parses");
-        let again = feed::atom::entry_fields(&stored).expect("a stored entry is an entry");
-        assert_eq!(again.atom_id, entry.atom_id);
-        assert_eq!(again.author, entry.author);
-        assert_eq!(again.categories, entry.categories);
-    }
+        if let Ok(entry) = http::writes::entry_from_body(data, LIMIT) {
+            assert!(entry.xml.len() <= LIMIT);
+            let stored = feed::atom::parse_stored(&entry.xml).expect("a stored entry parses");
+            let again = feed::atom::entry_fields(&stored).expect("a stored entry is an entry");
+            assert_eq!(again.atom_id, entry.atom_id);
+            assert_eq!(again.author, entry.author);
+            assert_eq!(again.categories, entry.categories);
+        }
     }
 );

@@ -11,7 +11,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = (&link.href, &link.rel);
     }
     for entry in &doc.entries {
-        let key = if entry.id.is_empty() { entry.links.first().map(|l| l.href.as_str()) } else { Some(entry.id.as_str()) };
+        let key =
+            if entry.id.is_empty() { entry.links.first().map(|l| l.href.as_str()) } else { Some(entry.id.as_str()) };
         let _ = key.map(str::len);
         let _ = (entry.published, entry.updated);
         let _ = entry.title.as_ref().map(|t| t.content.len());

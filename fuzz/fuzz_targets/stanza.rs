@@ -5,9 +5,9 @@
 //! `scripts/fuzz.sh SECONDS` runs it for a bounded time.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
 use feed::service::Service;
 use feed::{NodeName, Position};
+use libfuzzer_sys::fuzz_target;
 use smartfeeds::config::Config;
 use std::sync::{Arc, OnceLock};
 use store_sqlite::SqliteStore;
