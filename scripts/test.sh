@@ -17,7 +17,8 @@ dpkg -s lua-unbound >/dev/null 2>&1 || missing+=(lua-unbound)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium) # the HTTP page's browser test
 # The PostgreSQL store's tests start private servers of their own (initdb, pg_ctl).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
-# The OpenAPI test checks the description with openapi-spec-validator (PyPI), in a venv.
+# The OpenAPI tests check the description with openapi-spec-validator and test the API with
+# schemathesis (both PyPI), in a venv.
 dpkg -s python3-venv >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "installing ${missing[*]} (Debian packages)..." >&2
@@ -31,10 +32,10 @@ if ! cargo deb --version >/dev/null 2>&1; then
 	cargo install --locked --quiet cargo-deb
 fi
 
-if [ ! -x target/venv/bin/openapi-spec-validator ]; then
-	echo "installing openapi-spec-validator (PyPI) in target/venv..." >&2
+if [ ! -x target/venv/bin/openapi-spec-validator ] || [ ! -x target/venv/bin/schemathesis ]; then
+	echo "installing openapi-spec-validator and schemathesis (PyPI) in target/venv..." >&2
 	/usr/bin/python3 -m venv target/venv
-	target/venv/bin/pip install --quiet openapi-spec-validator
+	target/venv/bin/pip install --quiet openapi-spec-validator schemathesis
 fi
 
 cargo fmt --all -- --check
@@ -50,8 +51,9 @@ if cargo nextest --version >/dev/null 2>&1; then
 	# Prosody servers of its own; they run in the Prosody pass only. cluster starts its own
 	# two-node ejabberd cluster whichever server is selected: it already ran in the first pass, as
 	# did package (the Debian package against Prosody; one release build per run is enough).
+	# http_outbound and http_schemathesis start no XMPP server: once is enough for them too.
 	SMARTFEEDS_TEST_SERVER=ejabberd cargo nextest run --no-fail-fast \
-		-E 'binary(/^e2e_/) - binary(/^e2e_(crash|hostile|limits|federation|cluster|package)$/)' || status=1
+		-E 'binary(/^e2e_/) - binary(/^e2e_(crash|hostile|limits|federation|cluster|package|http_outbound|http_schemathesis)$/)' || status=1
 	echo "test.sh: end-to-end tests, ejabberd: $((SECONDS - started)) s" >&2
 else
 	SMARTFEEDS_TEST_SERVER=prosody cargo test --no-fail-fast || status=1

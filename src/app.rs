@@ -255,6 +255,7 @@ async fn start_http<S: Store>(
     let hub = http::hub::Hub::new(
         svc.clone(),
         config.hub.clone(),
+        &config.outbound,
         &settings.base,
         metrics.clone(),
         hub,

@@ -34,6 +34,9 @@ pub struct Config {
     /// The WebSub hub (SPEC §10); it runs whenever `[http]` does.
     #[serde(default)]
     pub hub: HubConfig,
+    /// How outbound requests (WebSub callbacks) resolve names.
+    #[serde(default)]
+    pub outbound: outbound::OutboundConfig,
     #[serde(default)]
     pub feeds: Vec<FeedConfig>,
 }

@@ -5,14 +5,14 @@
 //! `scripts/fuzz.sh SECONDS` runs it for a bounded time.
 #![no_main]
 
+use feed::service::Service;
+use feed::{NodeName, Position};
 use libfuzzer_sys::fuzz_target;
 use smartfeeds::config::Config;
-use smartfeeds::feed::service::Service;
-use smartfeeds::feed::{NodeName, Position};
-use smartfeeds::store::sqlite::SqliteStore;
-use smartfeeds::xmpp::router::Router;
 use std::sync::{Arc, OnceLock};
-use smartfeeds::component::stream::{Frame, Limits, Reader};
+use store_sqlite::SqliteStore;
+use xmpp::component::stream::{Frame, Limits, Reader};
+use xmpp::router::Router;
 use xmpp_parsers::iq::Iq;
 use xmpp_parsers::stanza::Stanza;
 

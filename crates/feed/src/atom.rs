@@ -37,6 +37,9 @@ pub enum EntryError {
         /// The element's namespace.
         ns: String,
     },
+    /// The entry parses but cannot be written back as XML (minidom's writer refuses, for
+    /// instance, a namespace prefix declared again under another namespace).
+    Unwritable,
 }
 
 impl fmt::Display for EntryError {
@@ -51,6 +54,9 @@ impl fmt::Display for EntryError {
             }
             EntryError::NotAnEntry { name, ns } => {
                 write!(f, "the item holds <{name} xmlns=\"{ns}\">; it must hold one <entry xmlns=\"{ATOM}\">")
+            }
+            EntryError::Unwritable => {
+                write!(f, "the entry cannot be written back as XML (a namespace prefix declared again?)")
             }
         }
     }
@@ -105,7 +111,11 @@ pub fn entry_fields(entry: &Element) -> Result<Entry, EntryError> {
             categories.push(term.to_owned());
         }
     }
-    Ok(Entry { xml: String::from(entry), atom_id, author, categories })
+    // minidom parses some documents its writer then panics on (a prefix declared again under
+    // another namespace): such an entry is refused, it must not take the request down.
+    let xml = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| String::from(entry)))
+        .map_err(|_| EntryError::Unwritable)?;
+    Ok(Entry { xml, atom_id, author, categories })
 }
 
 /// RFC 6721 `<deleted-entry xmlns="http://purl.org/atompub/tombstones/1.0" ref="…" when="…"/>`.
@@ -146,6 +156,14 @@ pub fn escape(s: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_minidom_cannot_write_back_is_refused_not_a_panic() {
+        // The prefix `a` declared again, under another namespace, inside the entry.
+        let xml = r#"<a:entry xmlns:a="http://www.w3.org/2005/Atom"><a:id>x</a:id><a:content type="xhtml"><div xmlns="urn:x"><a:b xmlns:a="urn:other"/></div></a:content></a:entry>"#;
+        let element: Element = xml.parse().expect("minidom parses it");
+        assert_eq!(entry_fields(&element), Err(EntryError::Unwritable));
+    }
 
     #[test]
     fn escaping_replaces_the_five_specials_and_borrows_otherwise() {

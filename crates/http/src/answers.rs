@@ -220,27 +220,34 @@ pub struct ItemPath {
     pub id: String,
 }
 
-/// A view and a page of it (SPEC §9).
+/// A view and a page of it (SPEC §9). Every parameter is given at most once, never empty.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PullParams {
     /// `created`, `-created`, `modified` or `-modified`.
+    #[param(pattern = r"^-?(created|modified)$")]
     pub order: Option<String>,
     /// Only items by this author name.
+    #[param(min_length = 1)]
     pub author: Option<String>,
     /// Only items with this category term.
+    #[param(min_length = 1)]
     pub category: Option<String>,
     /// Items after this position (`cursor:T_O_C`, `id:ITEM`, `time:RFC3339`).
+    #[param(pattern = r"^(cursor|id|time):.+$")]
     pub since: Option<String>,
     /// Items before this position.
+    #[param(pattern = r"^(cursor|id|time):.+$")]
     pub until: Option<String>,
     /// Items in the page (clamped to the service's largest).
     pub max: Option<u64>,
-    /// Seconds to hold an empty answer (0: answer at once).
+    /// Seconds to hold an empty answer (0: answer at once; clamped to the service's longest).
     pub timeout: Option<u64>,
     /// JSON-P: wrap the answer in this function call.
+    #[param(pattern = r"^[A-Za-z_$][A-Za-z0-9_$.]{0,63}$")]
     pub callback: Option<String>,
     /// `json`, `atom` or `json-feed`, for clients that cannot set `Accept`.
+    #[param(pattern = r"^(json|atom|json-feed)$")]
     pub format: Option<String>,
 }
 
@@ -248,6 +255,39 @@ pub struct PullParams {
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ArchiveParams {
-    /// `json-feed` for JSON Feed; Atom otherwise.
+    /// `json-feed` for JSON Feed; Atom otherwise (`atom`, or no `format`).
+    #[param(pattern = r"^(json|atom|json-feed)$")]
     pub format: Option<String>,
+}
+
+/// A WebSub subscription request, sent as a form.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described, not built: the hub reads the form itself
+pub struct HubForm {
+    #[schema(rename = "hub.mode")]
+    pub mode: HubMode,
+    /// A feed URL of this service, `BASE/feeds/FEED/`, with view parameters only.
+    #[schema(rename = "hub.topic", format = "uri")]
+    pub topic: String,
+    /// Where the verification and the deliveries go: an `http` or `https` URL.
+    #[schema(rename = "hub.callback", format = "uri")]
+    pub callback: String,
+    /// The lease asked for, seconds (clamped to the hub's bounds).
+    #[schema(rename = "hub.lease_seconds", nullable = false)]
+    pub lease_seconds: Option<u64>,
+    /// Signs deliveries (`X-Hub-Signature`); under 200 bytes.
+    #[schema(rename = "hub.secret", max_length = 199, nullable = false)]
+    pub secret: Option<String>,
+    /// Accepted and ignored: verification is always asynchronous.
+    #[schema(rename = "hub.verify", nullable = false)]
+    pub verify: Option<String>,
+}
+
+/// `hub.mode`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+#[schema(rename_all = "lowercase")]
+pub enum HubMode {
+    Subscribe,
+    Unsubscribe,
 }

@@ -3,8 +3,8 @@
 //! answer with ([`crate::answers`]), so it describes what the code does.
 
 use crate::answers::{
-    AuthorJson, ErrorJson, FeedLink, FeedList, Health, ItemJson, JsonFeed, JsonFeedAuthor, JsonFeedExtension,
-    JsonFeedHub, JsonFeedItem, JsonFeedItemExtension, PageJson, Published,
+    AuthorJson, ErrorJson, FeedLink, FeedList, Health, HubForm, HubMode, ItemJson, JsonFeed, JsonFeedAuthor,
+    JsonFeedExtension, JsonFeedHub, JsonFeedItem, JsonFeedItemExtension, PageJson, Published,
 };
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -36,7 +36,7 @@ use utoipa::{Modify, OpenApi};
     ),
     components(schemas(
         PageJson, ItemJson, AuthorJson, FeedList, FeedLink, Published, ErrorJson, Health, JsonFeed, JsonFeedHub,
-        JsonFeedExtension, JsonFeedItem, JsonFeedAuthor, JsonFeedItemExtension
+        JsonFeedExtension, JsonFeedItem, JsonFeedAuthor, JsonFeedItemExtension, HubForm, HubMode
     )),
     modifiers(&Bearer),
     tags(

@@ -35,8 +35,15 @@ async fn read_entry<S: Store>(st: &HttpState<S>, headers: &HeaderMap, body: Body
     }
     let limit = st.svc.policy().limits.max_payload_bytes;
     let bytes = read_body(body, body_limit(&st.svc)).await?;
-    check_xml(&bytes)?;
-    let text = std::str::from_utf8(&bytes)
+    entry_from_body(&bytes, limit)
+}
+
+/// The check of a published body (read whole, its type checked): no DTD and bounded depth,
+/// UTF-8, an optional XML declaration, then exactly one Atom entry of at most `limit` bytes
+/// once serialised.
+pub fn entry_from_body(bytes: &[u8], limit: usize) -> Result<Entry, ApiError> {
+    check_xml(bytes)?;
+    let text = std::str::from_utf8(bytes)
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid-payload", "the body is not UTF-8"))?;
     let text = text.trim_start_matches('\u{feff}');
     let text = match text.trim_start().strip_prefix("<?xml") {

@@ -26,6 +26,7 @@ pub mod adhoc;
 pub mod client;
 pub mod component;
 pub mod connection;
+pub mod dns;
 pub mod federation;
 pub mod fixture;
 pub mod http;
@@ -38,6 +39,7 @@ pub mod pubsub;
 pub mod push;
 pub mod server;
 pub mod smartfeeds;
+pub mod standalone;
 pub mod websub;
 pub mod xml;
 

@@ -166,9 +166,15 @@ async fn post<S: Store>(hub: &Hub<S>, sub: &HubSubscription, body: String, signa
     let host = url::Url::parse(&sub.callback).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
     let Some(_permits) = hub.slots(&host).await else { return Attempt::Retry(None) };
     let link = format!("<{}>; rel=\"hub\", <{}>; rel=\"self\"", hub.url, sub.topic);
-    let mut req = hub
-        .client
-        .post(&sub.callback)
+    let req = match hub.client.post(&sub.callback) {
+        Ok(req) => req,
+        Err(refused) => {
+            // Subscribed while private callbacks were allowed, and they no longer are.
+            tracing::debug!(subscription = sub.id, %refused, "WebSub delivery refused");
+            return Attempt::Retry(None);
+        }
+    };
+    let mut req = req
         .header(header::CONTENT_TYPE, HeaderValue::from_static("application/atom+xml"))
         .header(header::LINK, link)
         .body(body);

@@ -82,7 +82,7 @@ pub struct Hub<S: Store> {
     base: String,
     /// `BASE/hub`.
     url: String,
-    client: reqwest::Client,
+    client: outbound::Client,
     metrics: Arc<Metrics>,
     registry: Arc<Registry>,
     /// One outbox read for all the subscriptions of a view, per change and progress mark.
@@ -98,10 +98,12 @@ pub struct Hub<S: Store> {
 
 impl<S: Store> Hub<S> {
     /// A hub for the HTTP face whose public prefix is `base`. Nothing runs until
-    /// [`start`](Self::start).
+    /// [`start`](Self::start). Each argument is a separate part the wiring hands over.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         svc: Service<S>,
         config: HubConfig,
+        outbound: &outbound::OutboundConfig,
         base: &str,
         metrics: Arc<Metrics>,
         registry: Arc<Registry>,
@@ -109,7 +111,7 @@ impl<S: Store> Hub<S> {
         stop: watch::Receiver<bool>,
     ) -> anyhow::Result<Arc<Hub<S>>> {
         let timeout = Duration::from_secs_f64(config.timeout);
-        let client = callback::client(config.allow_private_callbacks, timeout, config.max_per_host)?;
+        let client = callback::client(outbound, config.allow_private_callbacks, timeout, config.max_per_host)?;
         Ok(Arc::new(Hub {
             svc,
             url: format!("{base}/hub"),

@@ -6,6 +6,7 @@
 
 use super::Hub;
 use super::callback;
+use super::config::HubConfig;
 use super::verify::{self, Intent, Mode};
 use crate::auth::Actor;
 use crate::errors::{ApiError, quote};
@@ -92,12 +93,50 @@ fn lease(asked: Option<&str>, default: u64, min: u64, max: u64) -> Result<u64, A
     }
 }
 
+/// What a subscription request form asks for, checked as far as it can be without the
+/// store or the network.
+#[derive(Debug)]
+pub struct Asked {
+    pub mode: Mode,
+    /// `hub.topic` as written, and the feed and view parameters it names.
+    pub topic: String,
+    pub feed: String,
+    pub query: FeedQuery,
+    pub callback: url::Url,
+    /// The lease granted (clamped to the configured bounds).
+    pub lease: u64,
+    pub secret: Option<String>,
+}
+
+/// Reads a request form (the body of `POST BASE/hub`) for the hub at `base`: each `hub.*`
+/// field at most once, the mode, the topic, the callback's form, the lease and the secret.
+/// A 400 naming the field otherwise.
+pub fn read_form(body: &[u8], base: &str, config: &HubConfig) -> Result<Asked, ApiError> {
+    let form = Form::parse(body)?;
+    let mode = match form.required("hub.mode")? {
+        "subscribe" => Mode::Subscribe,
+        "unsubscribe" => Mode::Unsubscribe,
+        other => {
+            return Err(ApiError::bad_request(format!("hub.mode {:?} is not subscribe or unsubscribe", quote(other))));
+        }
+    };
+    let topic = form.required("hub.topic")?.to_string();
+    let (feed, query) = topic_parts(base, &topic)?;
+    let callback = callback::parse(form.required("hub.callback")?).map_err(ApiError::bad_request)?;
+    let lease = lease(form.get("hub.lease_seconds"), config.default_lease, config.min_lease, config.max_lease)?;
+    let secret = form.get("hub.secret").map(str::to_string);
+    if secret.as_ref().is_some_and(|s| s.len() > MAX_SECRET) {
+        return Err(ApiError::bad_request(format!("hub.secret must be under {} bytes", MAX_SECRET + 1)));
+    }
+    Ok(Asked { mode, topic, feed, query, callback, lease, secret })
+}
+
 /// `POST BASE/hub`: 202 and a verification on its way, or why not.
 #[utoipa::path(post, path = "/hub", operation_id = "hub_request", tag = "websub",
     summary = "Subscribe a callback to a view (or unsubscribe it); the intent is verified with a GET to the callback",
-    request_body(content = String, content_type = "application/x-www-form-urlencoded",
-        description = "hub.mode (subscribe, unsubscribe), hub.topic (a feed URL of this service with its view parameters), \
-            hub.callback, hub.lease_seconds, hub.secret"),
+    request_body(content = crate::answers::HubForm, content_type = "application/x-www-form-urlencoded",
+        description = "hub.mode, hub.topic (a feed URL of this service with its view parameters), hub.callback, \
+            hub.lease_seconds, hub.secret"),
     responses((status = 202, description = "Accepted: the verification of intent follows"),
         (status = 400, description = "A missing or bad field, named in the text", body = crate::answers::ErrorJson),
         (status = 401, description = "An unknown bearer token", body = crate::answers::ErrorJson),
@@ -119,29 +158,17 @@ pub async fn post<S: Store>(
             "a subscription request is a form sent as application/x-www-form-urlencoded",
         ));
     }
-    let form = Form::parse(&crate::bounds::read_body(body, crate::body_limit(&hub.svc)).await?)?;
-    let mode = match form.required("hub.mode")? {
-        "subscribe" => Mode::Subscribe,
-        "unsubscribe" => Mode::Unsubscribe,
-        other => {
-            return Err(ApiError::bad_request(format!("hub.mode {:?} is not subscribe or unsubscribe", quote(other))));
-        }
-    };
-    let topic = form.required("hub.topic")?.to_string();
-    let (feed, q) = topic_parts(&hub.base, &topic)?;
-    let r = resolve(&hub.svc, &hub.base, &feed, &q)?;
+    let body = crate::bounds::read_body(body, crate::body_limit(&hub.svc)).await?;
+    let asked = read_form(&body, &hub.base, hub.config())?;
+    let r = resolve(&hub.svc, &hub.base, &asked.feed, &asked.query)?;
     // The feed exists and the requester may read the view (a whitelist feed needs the
     // token of an allowed JID): exactly what a pull of it would require.
     let probe = PullRequest { node: r.node.clone(), max: Some(0), ..PullRequest::default() };
     hub.svc.pull(actor.as_str(), probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
-    let config = hub.config();
-    let callback = callback::parse(form.required("hub.callback")?).map_err(ApiError::bad_request)?;
-    callback::check_address(&callback, config.allow_private_callbacks).await.map_err(ApiError::bad_request)?;
-    let lease = lease(form.get("hub.lease_seconds"), config.default_lease, config.min_lease, config.max_lease)?;
-    let secret = form.get("hub.secret").map(str::to_string);
-    if secret.as_ref().is_some_and(|s| s.len() > MAX_SECRET) {
-        return Err(ApiError::bad_request(format!("hub.secret must be under {} bytes", MAX_SECRET + 1)));
+    if let Err(refused) = hub.client.guard().check(&asked.callback).await {
+        return Err(ApiError::bad_request(format!("hub.callback {refused}")));
     }
+    let Asked { mode, feed, topic, callback, lease, secret, .. } = asked;
     let intent = Intent {
         mode,
         actor: actor.as_str().to_string(),

@@ -70,16 +70,22 @@ pub(super) async fn verify<S: Store>(hub: Arc<Hub<S>>, intent: Intent) {
     let host = intent.callback.host_str().unwrap_or_default().to_string();
     let agreed = match hub.slots(&host).await {
         None => false,
-        Some(_permits) => match hub.client.get(url).send().await {
-            Ok(res) if res.status().is_success() => bounded_body(res).await == challenge.as_bytes(),
-            Ok(res) => {
-                tracing::debug!(%host, status = %res.status(), "verification refused");
+        Some(_permits) => match hub.client.get(url.as_str()) {
+            Err(refused) => {
+                tracing::debug!(%host, %refused, "verification refused");
                 false
             }
-            Err(e) => {
-                tracing::debug!(%host, error = %e.without_url(), "verification failed");
-                false
-            }
+            Ok(req) => match req.send().await {
+                Ok(res) if res.status().is_success() => bounded_body(res).await == challenge.as_bytes(),
+                Ok(res) => {
+                    tracing::debug!(%host, status = %res.status(), "verification refused");
+                    false
+                }
+                Err(e) => {
+                    tracing::debug!(%host, error = %e.without_url(), "verification failed");
+                    false
+                }
+            },
         },
     };
     if !agreed {

@@ -1,0 +1,59 @@
+//! smartfeeds serving HTTP with no XMPP server beside it (its link keeps retrying; the HTTP
+//! face and the WebSub hub work meanwhile): for the tests of the HTTP face alone.
+
+use super::http::http_table;
+use super::process::{Process, free_port};
+use super::smartfeeds::{bin, bot_feeds};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub struct Standalone {
+    dir: tempfile::TempDir,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    _process: Process,
+}
+
+impl Standalone {
+    /// Starts smartfeeds with `[http]` and its keys `http` (TOML lines, or none; the demo
+    /// users `bot` and `alice` have tokens), the feeds `feeds` (published by `bot`) and the
+    /// extra tables `tables`; returns once HTTP answers.
+    pub fn start(http: &str, feeds: &[&str], tables: &str) -> Standalone {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let port = free_port();
+        let config = format!(
+            "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\nserver = \"127.0.0.1:1\"\n\
+             [store]\npath = \"{}\"\n{}{tables}\n{}",
+            dir.path().join("feeds.db").display(),
+            http_table(port, http, &["bot", "alice"]),
+            bot_feeds(feeds)
+        );
+        std::fs::write(dir.path().join("c.toml"), config).expect("the configuration written");
+        let log = dir.path().join("smartfeeds.log");
+        let mut cmd = std::process::Command::new(bin());
+        cmd.arg("--config")
+            .arg(dir.path().join("c.toml"))
+            .env("RUST_LOG", "info,smartfeeds_http=debug,smartfeeds_outbound=debug");
+        let process = Process::spawn(cmd, &log).expect("smartfeeds runs");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(Instant::now() < deadline, "smartfeeds did not listen:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Standalone { dir, base: format!("http://127.0.0.1:{port}"), _process: process }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("smartfeeds.log")
+    }
+
+    /// What smartfeeds logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+}
