@@ -32,27 +32,22 @@ impl Undecodable {
 }
 
 /// Percent-decodes `raw` strictly: every `%` starts an escape of two hex digits, and the
-/// result is UTF-8. (The usual decoders keep a bad escape as written, so `id:%zz` would
-/// name an item "%zz" instead of being refused.)
+/// result is UTF-8. (The usual decoders, percent-encoding's included, keep a bad escape as
+/// written, so `id:%zz` would name an item "%zz" instead of being refused: the escapes are
+/// checked first, then decoded by percent-encoding.)
 pub fn percent_decode(raw: &str) -> Result<String, Undecodable> {
     let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            // Hex digits only: `from_str_radix` alone would take "+1".
-            let byte = bytes
-                .get(i + 1..i + 3)
-                .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
-                .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
-            out.push(byte.ok_or(Undecodable::Escape)?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    let escapes_ok = bytes.iter().enumerate().filter(|(_, b)| **b == b'%').all(|(i, _)| {
+        // Hex digits only: `from_str_radix` would take "+1".
+        bytes.get(i + 1..i + 3).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !escapes_ok {
+        return Err(Undecodable::Escape);
     }
-    String::from_utf8(out).map_err(|_| Undecodable::Utf8)
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|_| Undecodable::Utf8)
 }
 
 /// The path's segments decode strictly, hold no control characters and no `.` or `..`
