@@ -64,57 +64,70 @@ async fn generated_requests_get_no_5xx_and_only_documented_answers() {
          generation.mode = \"positive\"\n",
     )
     .unwrap();
-    let report = sf.dir().join("report");
-    let out = tokio::task::spawn_blocking({
-        let (base, report, dir) = (sf.base.clone(), report.clone(), sf.dir().to_path_buf());
-        move || {
-            Command::new(st)
-                .arg("--config-file")
-                .arg(&config)
-                .arg("run")
-                .arg(format!("{base}/openapi.json"))
-                // Not `positive_data_acceptance`: a schema cannot say that a topic must be a
-                // feed URL of this service, a body one Atom entry, an `id:` an existing item.
-                .args(["--checks", "all", "--exclude-checks", "positive_data_acceptance"])
-                .args(["--max-examples", &examples.to_string(), "--seed", "1"])
-                .args(["--phases", "examples,coverage,fuzzing", "--workers", "2"])
-                .args(["--request-timeout", "10", "--max-response-time", "5"])
-                .args(["--suppress-health-check", "all", "--generation-database", "none", "--no-color"])
-                .args(["-H", &format!("Authorization: Bearer {BOT}")])
-                .args(["--report", "ndjson", "--report-dir"])
-                .arg(&report)
-                .current_dir(&dir)
-                .output()
-                .expect("schemathesis runs")
-        }
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "schemathesis found failures (above); the service's log:\n{}", tail(&sf.log()));
-    assert!(!sf.log().contains("panicked"), "{}", tail(&sf.log()));
-
-    // What was sent, from schemathesis' own record: every documented operation, none
-    // answered 5xx.
-    let ops = operations(&report);
-    println!("schemathesis: requests and answers per operation ({examples} examples asked per operation):");
-    let mut total = 0;
-    for (op, (requests, statuses)) in &ops {
-        println!("  {op:32} {requests:6}  {statuses:?}");
-        total += requests;
-        assert!(statuses.keys().all(|s| *s < 500), "{op}: {statuses:?}");
-    }
-    println!("  {:32} {total:6}", "all");
+    // One schemathesis run per operation: in one run over all of them, schemathesis ends
+    // some operations' generation far short of the examples asked (8 of 2,000 for the
+    // retraction), each on its own reaches them.
     let api: serde_json::Value =
         http.get(format!("{}/openapi.json", sf.base)).send().await.unwrap().json().await.unwrap();
+    println!("schemathesis: requests and answers per operation ({examples} examples asked per operation):");
+    let mut total = 0;
     // The description itself is what schemathesis reads, not an operation it tests.
     for (path, methods) in api["paths"].as_object().unwrap().iter().filter(|(p, _)| *p != "/openapi.json") {
-        for method in methods.as_object().unwrap().keys() {
-            let op = format!("{} {path}", method.to_uppercase());
-            assert!(ops.get(&op).is_some_and(|(n, _)| *n > 0), "{op} was not exercised: {ops:?}");
+        for (method, operation) in methods.as_object().unwrap() {
+            let label = format!("{} {path}", method.to_uppercase());
+            let id = operation["operationId"].as_str().expect("every operation has an id").to_string();
+            let report = sf.dir().join("report").join(&id);
+            let out = run(&st, &config, &sf, &id, examples, &report).await;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "schemathesis found failures in {label}:\n{stdout}\n{}\nthe service's log:\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                tail(&sf.log())
+            );
+            assert!(!sf.log().contains("panicked"), "{}", tail(&sf.log()));
+            // What was sent, from schemathesis' own record: none answered 5xx, and an
+            // operation that takes anything got the examples asked.
+            let (requests, statuses) = operations(&report).remove(&label).unwrap_or_default();
+            println!("  {label:32} {requests:6}  {statuses:?}");
+            total += requests;
+            assert!(statuses.keys().all(|s| *s < 500), "{label}: {statuses:?}");
+            let takes_input = operation["parameters"].as_array().is_some_and(|p| !p.is_empty())
+                || operation.get("requestBody").is_some();
+            let wanted = if takes_input { examples as usize } else { 1 };
+            assert!(requests >= wanted, "{label}: {requests} requests, {wanted} wanted:\n{stdout}");
         }
     }
+    println!("  {:32} {total:6}", "all");
+}
+
+/// Runs schemathesis on the operation `id` of the service `sf`, its NDJSON report in `report`.
+async fn run(
+    st: &Path,
+    config: &Path,
+    sf: &Standalone,
+    id: &str,
+    examples: u32,
+    report: &Path,
+) -> std::process::Output {
+    let mut cmd = Command::new(st);
+    cmd.arg("--config-file")
+        .arg(config)
+        .arg("run")
+        .arg(format!("{}/openapi.json", sf.base))
+        .args(["--include-operation-id", id])
+        // Not `positive_data_acceptance`: a schema cannot say that a topic must be a feed URL
+        // of this service, a body one Atom entry, an `id:` an existing item.
+        .args(["--checks", "all", "--exclude-checks", "positive_data_acceptance"])
+        .args(["--max-examples", &examples.to_string(), "--seed", "1"])
+        .args(["--phases", "examples,coverage,fuzzing"])
+        .args(["--request-timeout", "10", "--max-response-time", "5"])
+        .args(["--suppress-health-check", "all", "--generation-database", "none", "--no-color"])
+        .args(["-H", &format!("Authorization: Bearer {BOT}")])
+        .args(["--report", "ndjson", "--report-dir"])
+        .arg(report)
+        .current_dir(sf.dir());
+    tokio::task::spawn_blocking(move || cmd.output().expect("schemathesis runs")).await.unwrap()
 }
 
 /// Per operation (`METHOD /path`), the requests sent and the statuses answered, from the
