@@ -9,36 +9,25 @@ use minidom::Element;
 use testkit::fixture::{Fixture, Shared};
 use testkit::pubsub::*;
 use testkit::server::COMPONENT_DOMAIN as COMPONENT;
-use testkit::smartfeeds::Smartfeeds;
+use testkit::smartfeeds::{BOT_PUBLISHES, Smartfeeds, closed_feed, feeds};
 use testkit::{stanza_type, start_selected, to_xml, xml};
 
-const TABLES: &str = r#"
-[limits]
-max_payload_bytes = 4096
-
-[[feeds]]
-name = "news"
-title = "News"
-description = "What happened"
-publishers = ["bot@localhost"]
-
-[[feeds]]
-name = "ordered"
-publishers = ["bot@localhost"]
-default_order = "modified"
-
-[[feeds]]
-name = "secret"
-title = "Secret"
-publishers = ["bot@localhost"]
-access = "whitelist"
-allowed = ["bob@localhost"]
-"#;
+/// A feed with a title and a description, one ordered by modification by default, and one
+/// only bob may read.
+fn tables() -> String {
+    [
+        "[limits]\nmax_payload_bytes = 4096\n".to_string(),
+        feeds(&["news"], &format!("title = \"News\"\ndescription = \"What happened\"\n{BOT_PUBLISHES}")),
+        feeds(&["ordered"], &format!("{BOT_PUBLISHES}default_order = \"modified\"\n")),
+        closed_feed("secret", &["bob@localhost"]),
+    ]
+    .concat()
+}
 
 static FIXTURE: Shared<Fixture> = Shared::new();
 
 fn fixture() -> &'static Fixture {
-    FIXTURE.get_or_start(|| Fixture::start(TABLES))
+    FIXTURE.get_or_start(|| Fixture::start(&tables()))
 }
 
 fn news_entry(id: &str, title: &str) -> String {
