@@ -28,7 +28,7 @@ const MIGRATION_LOCK: i64 = 0x736d_6172_7466_6565;
 /// - `item_categories` holds the *distinct* terms with both ordering keys, so a category
 ///   view is one index range.
 /// - `feeds.n_items` is the store's own count of item rows (an unfiltered count is one row).
-/// - `modified_counts` counts items per range of modified seqs at four levels (2^6, 2^12, 2^18,
+/// - `mcounts` counts items per range of modified seqs at four levels (2^6, 2^12, 2^18,
 ///   2^24 seqs per bucket), as SQLite's does: rank and position in modified order visit at
 ///   most 63 rows per level and 63 index entries, whatever the feed's size. Buckets that
 ///   empty are kept (at n = 0): every walk is bounded by the bucket ranges, not by the rows.
@@ -77,7 +77,7 @@ CREATE TABLE item_categories (
 CREATE INDEX item_categories_created ON item_categories(feed, term, ctime, cseq);
 CREATE INDEX item_categories_modified ON item_categories(feed, term, mtime, mseq);
 
-CREATE TABLE modified_counts (
+CREATE TABLE mcounts (
     feed   BIGINT NOT NULL REFERENCES feeds(id),
     level  BIGINT NOT NULL,
     bucket BIGINT NOT NULL,
@@ -165,8 +165,31 @@ CREATE TABLE push_shards (
 INSERT INTO push_shards(shard) SELECT generate_series(0, 15);
 "#;
 
+/// Version 4: `mcounts` is called `modified_counts`. Written so that it also fits a
+/// database made at version 3 by the build that already called it `modified_counts` in the
+/// earlier versions' text: whichever of the two tables is missing is made empty, the counts
+/// are copied into `modified_counts` (none when they are already there) and `mcounts` goes.
+const V4: &str = r#"
+CREATE TABLE IF NOT EXISTS mcounts (
+    feed   BIGINT NOT NULL REFERENCES feeds(id),
+    level  BIGINT NOT NULL,
+    bucket BIGINT NOT NULL,
+    n      BIGINT NOT NULL,
+    PRIMARY KEY (feed, level, bucket)
+);
+CREATE TABLE IF NOT EXISTS modified_counts (
+    feed   BIGINT NOT NULL REFERENCES feeds(id),
+    level  BIGINT NOT NULL,
+    bucket BIGINT NOT NULL,
+    n      BIGINT NOT NULL,
+    PRIMARY KEY (feed, level, bucket)
+);
+INSERT INTO modified_counts(feed, level, bucket, n) SELECT feed, level, bucket, n FROM mcounts;
+DROP TABLE mcounts;
+"#;
+
 /// Every migration, in order. Append only; never edit a released entry.
-pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -94,6 +94,33 @@ fn an_upgrade_applies_pending_migrations_atomically() {
     });
 }
 
+/// A version-3 database keeps its modified-order counts through version 4's rename, both as
+/// released (the table called `mcounts`) and as made by the build that already called it
+/// `modified_counts` at version 3.
+#[test]
+fn version_4_keeps_the_counts_of_either_version_3() {
+    runtime().block_on(async {
+        for name in ["mcounts", "modified_counts"] {
+            let url = fresh().await;
+            let (mut c, _task) = client(&url).await;
+            let v3: Vec<String> = schema::MIGRATIONS[..3].iter().map(|m| m.replace("mcounts", name)).collect();
+            let v3: Vec<&str> = v3.iter().map(String::as_str).collect();
+            schema::migrate_with(&mut c, &v3).await.unwrap();
+            c.batch_execute(&format!(
+                "INSERT INTO feeds(id, name) VALUES (1, 'f');
+                 INSERT INTO {name}(feed, level, bucket, n) VALUES (1, 1, 0, 7), (1, 2, 0, 7)"
+            ))
+            .await
+            .unwrap();
+            schema::migrate(&mut c).await.unwrap();
+            let n: i64 = c.query_one("SELECT SUM(n)::BIGINT FROM modified_counts", &[]).await.unwrap().get(0);
+            assert_eq!(n, 14, "{name}");
+            let old: bool = c.query_one("SELECT to_regclass('mcounts') IS NOT NULL", &[]).await.unwrap().get(0);
+            assert!(!old, "{name}");
+        }
+    });
+}
+
 #[test]
 fn sqlstates_from_the_server_keep_their_kind() {
     runtime().block_on(async {

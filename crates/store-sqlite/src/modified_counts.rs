@@ -154,6 +154,30 @@ mod tests {
         assert!(plan.contains("COVERING INDEX items_created"), "{plan}");
     }
 
+    /// A version-3 database keeps its counts through version 4's rename, both as released
+    /// (the table called `mcounts`) and as made by the build that already called it
+    /// `modified_counts` at version 3.
+    #[test]
+    fn version_4_keeps_the_counts_of_either_version_3() {
+        for name in ["mcounts", "modified_counts"] {
+            let mut conn = Connection::open_in_memory().unwrap();
+            let v3: Vec<String> = crate::schema::MIGRATIONS[..3].iter().map(|m| m.replace("mcounts", name)).collect();
+            let v3: Vec<&str> = v3.iter().map(String::as_str).collect();
+            crate::schema::migrate_with(&mut conn, &v3).unwrap();
+            conn.execute_batch(&format!(
+                "INSERT INTO feeds(id, name) VALUES (1, 'f');
+                 INSERT INTO {name}(feed, level, bucket, n) VALUES (1, 1, 0, 7), (1, 2, 0, 7);"
+            ))
+            .unwrap();
+            crate::schema::migrate(&mut conn).unwrap();
+            let n: i64 = conn.query_row("SELECT SUM(n) FROM modified_counts", [], |r| r.get(0)).unwrap();
+            assert_eq!(n, 14, "{name}");
+            let old: i64 =
+                conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'mcounts'", [], |r| r.get(0)).unwrap();
+            assert_eq!(old, 0, "{name}");
+        }
+    }
+
     /// A version-1 database (two levels of 1024) with items moved about: after the migration
     /// the four-level counts give exactly the brute-force ranks and positions.
     #[test]
@@ -174,7 +198,7 @@ mod tests {
             .unwrap();
             for (level, shift) in [(1, 10), (2, 20)] {
                 conn.execute(
-                    "INSERT INTO modified_counts(feed, level, bucket, n) VALUES (1, ?1, ?2, 1)
+                    "INSERT INTO mcounts(feed, level, bucket, n) VALUES (1, ?1, ?2, 1)
                      ON CONFLICT(feed, level, bucket) DO UPDATE SET n = n + 1",
                     params![level, m >> shift],
                 )

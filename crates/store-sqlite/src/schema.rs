@@ -46,7 +46,7 @@ const STATEMENT_CACHE: usize = 128;
 /// - `feeds.n_items` is the store's own count of item rows, kept by `insert_item`, so an
 ///   unfiltered count is one row read and does not depend on when the core saves its
 ///   counters (`items`, `last_t`, `last_mseq` are the core's, written by `save_feed`).
-/// - `modified_counts` counts items per range of modified seqs, at two levels (2^10 and 2^20 seqs per
+/// - `mcounts` counts items per range of modified seqs, at two levels (2^10 and 2^20 seqs per
 ///   bucket), so rank and position in modified order touch at most ~2×1024 rows plus one row
 ///   per million seqs, whatever the feed's size. Updates free old mseqs, so the seqs are not
 ///   dense and plain arithmetic (as in created order) is not possible.
@@ -96,7 +96,7 @@ CREATE TABLE item_categories (
 CREATE INDEX item_categories_created ON item_categories(feed, term, ctime, cseq);
 CREATE INDEX item_categories_modified ON item_categories(feed, term, mtime, mseq);
 
-CREATE TABLE modified_counts (
+CREATE TABLE mcounts (
     feed   INTEGER NOT NULL REFERENCES feeds(id),
     level  INTEGER NOT NULL,
     bucket INTEGER NOT NULL,
@@ -118,7 +118,7 @@ CREATE INDEX subscriptions_by_bare ON subscriptions(bare);
 
 /// Version 2: bounded work per page, measured at a million items.
 ///
-/// - `modified_counts` goes from two levels of 2^10 buckets to four levels of 2^6 (64, 4096, 2^18
+/// - `mcounts` goes from two levels of 2^10 buckets to four levels of 2^6 (64, 4096, 2^18
 ///   and 2^24 seqs per bucket): a rank or position in modified order then visits at most
 ///   63 rows per level and 63 index entries, where summing up to 1023 level-1 rows made the
 ///   end of a million-item modified view cost twice its start.
@@ -131,11 +131,11 @@ DROP INDEX items_modified;
 CREATE INDEX items_created ON items(feed, ctime, cseq, id);
 CREATE INDEX items_modified ON items(feed, mtime, mseq, id);
 
-DELETE FROM modified_counts;
-INSERT INTO modified_counts(feed, level, bucket, n) SELECT feed, 1, mseq >> 6, COUNT(*) FROM items GROUP BY feed, mseq >> 6;
-INSERT INTO modified_counts(feed, level, bucket, n) SELECT feed, 2, mseq >> 12, COUNT(*) FROM items GROUP BY feed, mseq >> 12;
-INSERT INTO modified_counts(feed, level, bucket, n) SELECT feed, 3, mseq >> 18, COUNT(*) FROM items GROUP BY feed, mseq >> 18;
-INSERT INTO modified_counts(feed, level, bucket, n) SELECT feed, 4, mseq >> 24, COUNT(*) FROM items GROUP BY feed, mseq >> 24;
+DELETE FROM mcounts;
+INSERT INTO mcounts(feed, level, bucket, n) SELECT feed, 1, mseq >> 6, COUNT(*) FROM items GROUP BY feed, mseq >> 6;
+INSERT INTO mcounts(feed, level, bucket, n) SELECT feed, 2, mseq >> 12, COUNT(*) FROM items GROUP BY feed, mseq >> 12;
+INSERT INTO mcounts(feed, level, bucket, n) SELECT feed, 3, mseq >> 18, COUNT(*) FROM items GROUP BY feed, mseq >> 18;
+INSERT INTO mcounts(feed, level, bucket, n) SELECT feed, 4, mseq >> 24, COUNT(*) FROM items GROUP BY feed, mseq >> 24;
 "#;
 
 /// Version 3: the WebSub hub (see `feed::outbox`).
@@ -176,8 +176,31 @@ CREATE TABLE hub_outbox (
 CREATE INDEX hub_outbox_by_view ON hub_outbox(feed, view, seq);
 "#;
 
+/// Version 4: `mcounts` is called `modified_counts`. Written so that it also fits a
+/// database made at version 3 by the build that already called it `modified_counts` in the
+/// earlier versions' text: whichever of the two tables is missing is made empty, the counts
+/// are copied into `modified_counts` (none when they are already there) and `mcounts` goes.
+const V4: &str = r#"
+CREATE TABLE IF NOT EXISTS mcounts (
+    feed   INTEGER NOT NULL REFERENCES feeds(id),
+    level  INTEGER NOT NULL,
+    bucket INTEGER NOT NULL,
+    n      INTEGER NOT NULL,
+    PRIMARY KEY (feed, level, bucket)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS modified_counts (
+    feed   INTEGER NOT NULL REFERENCES feeds(id),
+    level  INTEGER NOT NULL,
+    bucket INTEGER NOT NULL,
+    n      INTEGER NOT NULL,
+    PRIMARY KEY (feed, level, bucket)
+) WITHOUT ROWID;
+INSERT INTO modified_counts(feed, level, bucket, n) SELECT feed, level, bucket, n FROM mcounts;
+DROP TABLE mcounts;
+"#;
+
 /// Every migration, in order. Append only; never edit a released entry.
-pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
