@@ -74,9 +74,15 @@ impl FeedQuery {
             if value.is_empty() {
                 return Err(ApiError::bad_request(format!("parameter {key:?} is empty")));
             }
+            // At most i64::MAX: the range the API description gives (`int64`, from 0); larger
+            // values would be clamped anyway, but a client sending one has a bug to hear about.
             let number = |what: &str| {
-                value.parse::<u64>().map_err(|_| {
-                    ApiError::bad_request(format!("parameter {what:?} is not a whole number: {:?}", quote(&value)))
+                value.parse::<u64>().ok().filter(|n| i64::try_from(*n).is_ok()).ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "parameter {what:?} is not a whole number from 0 to {}: {:?}",
+                        i64::MAX,
+                        quote(&value)
+                    ))
                 })
             };
             let position = |what: &str| {
@@ -148,6 +154,8 @@ mod tests {
             ("max=1&max=2", "more than once"),
             ("max=", "empty"),
             ("max=x", "max"),
+            ("max=9223372036854775808", "max"),
+            ("timeout=-1", "timeout"),
             ("since=nope:1", "since"),
             ("callback=1x", "callback"),
             ("callback=a(b)", "callback"),
