@@ -35,6 +35,7 @@ pub mod callback;
 pub mod config;
 mod deliver;
 pub mod document;
+pub mod pings;
 mod registry;
 pub mod request;
 mod verify;
@@ -94,6 +95,8 @@ pub struct Hub<S: Store> {
     /// The feeds this instance delivers, when instances share the store; `None`: all.
     share: Option<watch::Receiver<Share>>,
     stop: watch::Receiver<bool>,
+    /// Who is told of publisher pings (sources); unset: every ping is 404.
+    pinged: std::sync::OnceLock<pings::Pinged>,
 }
 
 impl<S: Store> Hub<S> {
@@ -126,11 +129,17 @@ impl<S: Store> Hub<S> {
             share,
             stop,
             config,
+            pinged: std::sync::OnceLock::new(),
         }))
     }
 
     pub fn config(&self) -> &HubConfig {
         &self.config
+    }
+
+    /// Sets who is told of publisher pings (once; later calls change nothing).
+    pub fn on_ping(&self, pinged: pings::Pinged) {
+        let _ = self.pinged.set(pinged);
     }
 
     /// The hub's routes: `BASE/hub` and the seed's `BASE/feeds/FEED/hub/`, the same hub.

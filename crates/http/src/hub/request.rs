@@ -159,6 +159,9 @@ pub async fn post<S: Store>(
         ));
     }
     let body = crate::bounds::read_body(body, crate::body_limit(&hub.svc)).await?;
+    if super::pings::is_ping(&body) {
+        return super::pings::answer(&body, hub.pinged.get());
+    }
     let asked = read_form(&body, &hub.base, hub.config())?;
     let r = resolve(&hub.svc, &hub.base, &asked.feed, &asked.query)?;
     // The feed exists and the requester may read the view (a whitelist feed needs the
