@@ -148,7 +148,14 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        for bad in [&b""[..], b"hello", b"<html><body/></html>", b"{\"a\":", b"<rss version='2.0'><channel>"] {
+        for bad in [
+            &b""[..],
+            b"hello",
+            b"<html><body/></html>",
+            b"{\"a\":",
+            b"<rss version='2.0'><channel>",
+            b"<feed xmlns='http://www.w3.org/2005/Atom'><entry>",
+        ] {
             assert!(super::super::parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
     }
