@@ -1,0 +1,136 @@
+//! End to end, sources (SPEC §13) where no XMPP server is needed: smartfeeds serving HTTP
+//! alone (its link keeps retrying meanwhile), a web server of feed documents the test
+//! controls on loopback, and the test's own DNS server. A SIGKILL in the middle of a
+//! 10,000-entry import, then a restart: every entry exactly once, in order. A source whose
+//! name resolves to a loopback address is never connected to unless `allow_private`.
+//! `check-config` names what is wrong with a source.
+
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use testkit::dns::Dns;
+use testkit::smartfeeds::{assert_accepted, assert_refused, check_config};
+use testkit::source_server::{Doc, SourceServer};
+use testkit::standalone::Standalone;
+
+/// Entries per archived document of the large source.
+const PER_DOC: u32 = 500;
+/// Its entries.
+const TOTAL: u32 = 10_000;
+
+/// The large source: archived documents `/big/1` … `/big/19` and the recent `/big/`, each
+/// of 500 entries, newest first, linked by `prev-archive`. Each archive takes `delay`.
+fn large_source(web: &SourceServer, delay: Duration) {
+    let docs = TOTAL / PER_DOC;
+    for k in 1..=docs {
+        let entries: String = ((k - 1) * PER_DOC + 1..=k * PER_DOC)
+            .rev()
+            .map(|n| {
+                let t = chrono::DateTime::from_timestamp(1_600_000_000 + i64::from(n), 0).unwrap().to_rfc3339();
+                format!(
+                    "<entry><id>urn:big:{n}</id><title>e{n}</title><updated>{t}</updated>\
+                     <author><name>Writer</name></author><content>entry {n}</content></entry>"
+                )
+            })
+            .collect();
+        let prev = if k > 1 { format!("<link rel='prev-archive' href='/big/{}'/>", k - 1) } else { String::new() };
+        let body = format!("<feed xmlns='http://www.w3.org/2005/Atom'><title>big</title>{prev}{entries}</feed>");
+        let mut doc = Doc::atom(&body);
+        doc.delay = delay;
+        web.set(&if k == docs { "/big/".to_string() } else { format!("/big/{k}") }, doc);
+    }
+}
+
+/// Every item id of a view, following `next` links.
+async fn all_titles(base: &str, feed: &str) -> Vec<String> {
+    let client = reqwest::Client::new();
+    let mut url = format!("{base}/feeds/{feed}/?order=created&max=500");
+    let mut out = Vec::new();
+    loop {
+        let doc: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+        let items = doc["items"].as_array().cloned().unwrap_or_default();
+        out.extend(items.iter().map(|i| i["title"].as_str().unwrap_or("").to_string()));
+        // Asking past the last item would be a long-poll.
+        let all = doc["totalItems"].as_u64().unwrap_or(0) as usize;
+        match doc["next"].as_str() {
+            Some(next) if !items.is_empty() && out.len() < all => url = next.to_string(),
+            _ => return out,
+        }
+    }
+}
+
+async fn total(base: &str, feed: &str) -> u64 {
+    let doc: Value = reqwest::get(format!("{base}/feeds/{feed}/?max=0")).await.unwrap().json().await.unwrap();
+    doc["totalItems"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_during_a_10000_entry_import_loses_and_repeats_nothing() {
+    let web = SourceServer::start();
+    large_source(&web, Duration::from_millis(30));
+    let tables = format!(
+        "[sources]\nallow_private = true\n[[feeds]]\nname = \"big\"\nsource = \"{}\"\nsource_interval = 3600\n",
+        web.url("/big/")
+    );
+    let mut sf = Standalone::start("", &[], &tables);
+    // The walk back reaches the oldest archive; the import (one transaction) follows it.
+    web.wait_hits("/big/1", 1);
+    std::thread::sleep(Duration::from_millis(150));
+    sf.kill();
+    let before = {
+        sf.restart();
+        // Right after the restart, whatever the killed process committed is there: all of
+        // it or none of it.
+        total(&sf.base, "big").await
+    };
+    assert!(before == 0 || before == u64::from(TOTAL), "a partial import survived the crash: {before}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while total(&sf.base, "big").await < u64::from(TOTAL) {
+        assert!(Instant::now() < deadline, "the import did not finish after the restart:\n{}", sf.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let titles = all_titles(&sf.base, "big").await;
+    let want: Vec<String> = (1..=TOTAL).map(|n| format!("e{n}")).collect();
+    assert_eq!(titles.len(), want.len());
+    assert!(titles == want, "every entry exactly once, oldest first");
+    assert!(sf.log().contains("source imported"), "{}", sf.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_whose_name_resolves_to_loopback_is_never_fetched_without_allow_private() {
+    let dns = Dns::start().await;
+    dns.answer("feeds.example", &["127.0.0.1"]);
+    let web = SourceServer::start();
+    web.set("/feed.xml", Doc::atom("<feed xmlns='http://www.w3.org/2005/Atom'><title>x</title></feed>"));
+    let port = web.base.rsplit(':').next().unwrap().to_string();
+    let tables = format!(
+        "[outbound]\nnameservers = [\"{}\"]\n[[feeds]]\nname = \"private\"\nsource = \"http://feeds.example:{port}/feed.xml\"\n",
+        dns.addr
+    );
+    let sf = Standalone::start("", &[], &tables);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sf.log().contains("source fetch failed") {
+        assert!(Instant::now() < deadline, "no refusal logged:\n{}", sf.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(sf.log().contains("resolves to a private"), "{}", sf.log());
+    assert!(web.hits("/feed.xml").is_empty(), "the loopback server was reached");
+    assert_eq!(dns.answered("feeds.example"), ["127.0.0.1"], "resolved by the configured name server");
+}
+
+#[test]
+fn check_config_names_what_is_wrong_with_a_source() {
+    let base = "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\n";
+    let with = |feed: &str| format!("{base}[[feeds]]\nname = \"planet\"\n{feed}");
+    let (out, _dir) =
+        check_config(&with("source = \"https://blog.example.com/feed.xml\"\nsource_interval = 60\n"), &[]);
+    assert_accepted(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 with a source"));
+    let (out, _dir) = check_config(&with("source = \"http://10.1.2.3/feed.xml\"\n"), &[]);
+    assert_refused(&out, &["feeds.planet", "allow_private"]);
+    let (out, _dir) = check_config(&with("source = \"https://x.example/f\"\nsource_interval = 5\n"), &[]);
+    assert_refused(&out, &["source_interval 5 is below 30"]);
+    let (out, _dir) = check_config(&format!("{}[sources]\nmax_bytes = 1\n", with("")), &[]);
+    assert_refused(&out, &["sources.max_bytes"]);
+    let (out, _dir) = check_config(&with("source = \"feed.xml\"\n"), &[]);
+    assert_accepted(&out);
+}
