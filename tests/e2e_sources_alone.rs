@@ -134,3 +134,26 @@ fn check_config_names_what_is_wrong_with_a_source() {
     let (out, _dir) = check_config(&with("source = \"feed.xml\"\n"), &[]);
     assert_accepted(&out);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_feed_comes_from_its_source_document() {
+    // The demo configuration's feed, its source the document shipped in demo/.
+    let example = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/smartfeeds.example.toml")).unwrap();
+    assert!(example.contains("source = \"demo/comments.atom\""), "the demo feed has the shipped source");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/demo/comments.atom");
+    let tables = format!("[[feeds]]\nname = \"comments\"\nsource = \"{path}\"\n");
+    let sf = Standalone::start("", &[], &tables);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while total(&sf.base, "comments").await < 12 {
+        assert!(Instant::now() < deadline, "the demo entries were not imported:\n{}", sf.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let doc: Value =
+        reqwest::get(format!("{}/feeds/comments/?order=created&max=12", sf.base)).await.unwrap().json().await.unwrap();
+    let items = doc["items"].as_array().unwrap();
+    assert_eq!(items[0]["title"], "Welcome to the comments");
+    assert_eq!(items[0]["author"]["displayName"], "Ana Lima");
+    assert!(items.iter().all(|i| i["content"].as_str().is_some_and(|c| !c.is_empty())));
+    // Stored as the document wrote it: the entry's link is there.
+    assert!(items[0]["atom"].as_str().unwrap().contains("https://example.org/comments/welcome"));
+}

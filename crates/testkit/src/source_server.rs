@@ -117,13 +117,18 @@ impl SourceServer {
 
     /// Waits until `path` has had at least `n` requests (20 s at most); returns them.
     pub fn wait_hits(&self, path: &str, n: usize) -> Vec<Hit> {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        self.wait_hits_within(path, n, Duration::from_secs(20))
+    }
+
+    /// Waits until `path` has had at least `n` requests (`limit` at most); returns them.
+    pub fn wait_hits_within(&self, path: &str, n: usize, limit: Duration) -> Vec<Hit> {
+        let deadline = Instant::now() + limit;
         loop {
             let hits = self.hits(path);
             if hits.len() >= n {
                 return hits;
             }
-            assert!(Instant::now() < deadline, "{path} had {} requests, not {n}, within 20 s", hits.len());
+            assert!(Instant::now() < deadline, "{path} had {} requests, not {n}, within {limit:?}", hits.len());
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -2,6 +2,12 @@
 //! minidom keeps every element's namespace, and an entry serialised on its own declares the
 //! namespaces it uses, so the stored entry stands alone (its namespaces made
 //! self-contained).
+//!
+//! minidom reads the XML profile of XMPP, which has no comments, processing instructions,
+//! document type declarations or CDATA sections, and no text around the root; documents on
+//! the web have all of them. So the document is first passed through quick-xml, which drops
+//! what carries no content (comments, instructions, the declarations, blanks around the
+//! root) and writes CDATA sections as the escaped text they mean ([`restricted`]).
 
 use super::{Document, Parsed, finish};
 use feed::atom::{ATOM, TOMBSTONES, entry_fields};
@@ -11,7 +17,7 @@ use minidom::Element;
 /// The document, if it is an Atom feed minidom can read; `None` sends it to feed-rs.
 pub fn parse(bytes: &[u8]) -> Option<Document> {
     let text = std::str::from_utf8(bytes).ok()?;
-    let root: Element = text.trim_start_matches('\u{feff}').parse().ok()?;
+    let root: Element = restricted(text.trim_start_matches('\u{feff}'))?.parse().ok()?;
     if !root.is("feed", ATOM) {
         return None;
     }
@@ -40,6 +46,38 @@ pub fn parse(bytes: &[u8]) -> Option<Document> {
         prev_archive: link(&root, "prev-archive"),
         hub: link(&root, "hub"),
     })
+}
+
+/// `text` in the XML profile minidom reads: the same elements, attributes and text, without
+/// comments, processing instructions, declarations and blanks around the root, CDATA
+/// sections written as escaped text. `None` when quick-xml finds it malformed.
+fn restricted(text: &str) -> Option<String> {
+    use quick_xml::events::{BytesText, Event};
+    let mut reader = quick_xml::Reader::from_str(text);
+    let mut writer = quick_xml::Writer::new(Vec::with_capacity(text.len()));
+    let mut depth = 0usize;
+    loop {
+        match reader.read_event().ok()? {
+            Event::Eof => break,
+            Event::Comment(_) | Event::PI(_) | Event::DocType(_) | Event::Decl(_) => {}
+            Event::Text(_) | Event::GeneralRef(_) if depth == 0 => {}
+            Event::Start(e) => {
+                depth += 1;
+                writer.write_event(Event::Start(e)).ok()?;
+            }
+            Event::End(e) => {
+                depth = depth.checked_sub(1)?;
+                writer.write_event(Event::End(e)).ok()?;
+            }
+            Event::CData(c) => {
+                let raw = c.into_inner();
+                let text = std::str::from_utf8(&raw).ok()?;
+                writer.write_event(Event::Text(BytesText::new(text))).ok()?;
+            }
+            e => writer.write_event(e).ok()?,
+        }
+    }
+    String::from_utf8(writer.into_inner()).ok()
 }
 
 fn text_of(e: &Element) -> Option<String> {
@@ -122,9 +160,45 @@ mod tests {
     }
 
     #[test]
+    fn comments_instructions_doctypes_and_cdata_are_read_as_the_content_they_carry() {
+        let doc = "\u{feff}<?xml version='1.0'?>\n<!DOCTYPE feed>\n<!-- generated -->\n<?xml-stylesheet href='s.xsl'?>\n\
+                   <feed xmlns='http://www.w3.org/2005/Atom'><!-- c --><entry><id>urn:x</id>\
+                   <title>a &amp; b</title><content type='html'><![CDATA[<p>x & y</p>]]></content></entry></feed>\n";
+        let doc = parse(doc.as_bytes()).expect("an Atom feed");
+        let Incoming { change: IncomingChange::Entry(e), .. } = &doc.entries[0] else { panic!() };
+        let back: Element = e.xml.parse().unwrap();
+        assert_eq!(back.get_child("title", ATOM).unwrap().text(), "a & b");
+        assert_eq!(back.get_child("content", ATOM).unwrap().text(), "<p>x & y</p>");
+    }
+
+    #[test]
     fn other_documents_are_not_atom() {
         assert!(parse(b"<rss version='2.0'><channel/></rss>").is_none());
         assert!(parse(b"<feed><unclosed>").is_none());
         assert!(parse(&[0xff, 0xfe, 0x00]).is_none());
+    }
+}
+
+#[cfg(test)]
+mod demo {
+    use feed::service::IncomingChange;
+
+    #[test]
+    fn the_demo_source_reads_as_its_twelve_entries_oldest_first() {
+        let doc = super::parse(include_bytes!("../../../../demo/comments.atom")).expect("an Atom feed");
+        assert_eq!(doc.entries.len(), 12);
+        let titles: Vec<String> = doc
+            .entries
+            .iter()
+            .map(|e| match &e.change {
+                IncomingChange::Entry(entry) => {
+                    let el: minidom::Element = entry.xml.parse().unwrap();
+                    assert!(entry.author.is_some() && !entry.categories.is_empty(), "{}", entry.xml);
+                    el.get_child("title", feed::atom::ATOM).unwrap().text()
+                }
+                IncomingChange::Deleted => panic!("no deletions in the demo"),
+            })
+            .collect();
+        assert_eq!(titles[0], "Welcome to the comments");
     }
 }
