@@ -239,7 +239,9 @@ fn start_sources<S: Store>(
     }
     tracing::info!(sources = list.len(), "fetching sources");
     let m = Arc::new(metrics.source.clone());
-    sources::Sources::start(svc, list, &config.sources, &config.outbound, m, share)
+    // Subscribing to the sources' own hubs needs a public callback URL.
+    let base = config.http.as_ref().and_then(|h| h.base_url.as_deref());
+    sources::Sources::start(svc, list, &config.sources, &config.outbound, m, share, base)
         .map_err(|why| anyhow::anyhow!("starting the sources: {why}"))
 }
 
@@ -283,6 +285,9 @@ async fn start_http<S: Store>(
         requests.signal(),
     )
     .context("starting the WebSub hub")?;
+    if let Some(subscriber) = sources.subscriber() {
+        hub.on_source_callbacks(Arc::new(SourceHubs(subscriber)));
+    }
     hub.on_ping(Arc::new(move |urls: &[String]| sources.ping(urls)));
     let hub_task = hub.start().await.context("loading the WebSub subscriptions")?;
     let done = requests.token();
@@ -312,6 +317,24 @@ async fn start_http<S: Store>(
         http::serve(listener, state, hub.routes(), limits, stopped).await
     });
     Ok(())
+}
+
+/// The callbacks of the subscriptions to sources' hubs, as the HTTP face takes them (the
+/// face and the producer know nothing of each other; this is where they meet).
+struct SourceHubs(Arc<sources::websub::Subscriber>);
+
+impl http::hub::source_callbacks::SourceCallbacks for SourceHubs {
+    fn verify(&self, key: &str, mode: &str, topic: &str, lease: Option<u64>) -> bool {
+        self.0.verify(key, mode, topic, lease)
+    }
+
+    fn deliver(&self, key: &str, signature: Option<&str>, body: &[u8]) {
+        self.0.deliver(key, signature, body);
+    }
+
+    fn max_bytes(&self) -> usize {
+        self.0.max_bytes()
+    }
 }
 
 /// Open files kept for everything but HTTP connections: the store, the XMPP link, the

@@ -157,3 +157,60 @@ async fn the_demo_feed_comes_from_its_source_document() {
     // Stored as the document wrote it: the entry's link is there.
     assert!(items[0]["atom"].as_str().unwrap().contains("https://example.org/comments/welcome"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_whose_hub_is_another_smartfeeds_delivers_new_entries_within_a_second_without_polling() {
+    // Upstream: a smartfeeds feed, its hub at UP/hub (callbacks on loopback allowed).
+    let up = Standalone::start("", &["up"], "[hub]\nallow_private_callbacks = true\n");
+    let client = reqwest::Client::new();
+    let put = |id: &'static str| {
+        let (client, base) = (client.clone(), up.base.clone());
+        async move {
+            let entry = testkit::pubsub::entry(&format!("urn:up:{id}"), id, Some("Upstream"), &["live"]);
+            let res = testkit::http::put_entry(&client, &base, "up", id, testkit::http::BOT, &entry).await.unwrap();
+            assert_eq!(res.status(), 200);
+        }
+    };
+    put("first").await;
+    // Downstream: the upstream feed URL as its source, polled only hourly; a public prefix,
+    // so it may subscribe to the hub the source names.
+    let tables = format!(
+        "[sources]\nallow_private = true\n[[feeds]]\nname = \"down\"\nsource = \"{}/feeds/up/\"\nsource_interval = 3600\n",
+        up.base
+    );
+    let down = Standalone::start_public("", &[], &tables);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !down.log().contains("subscribed to the source's hub") {
+        assert!(Instant::now() < deadline, "no subscription to the upstream hub:\n{}\n---\n{}", down.log(), up.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(total(&down.base, "down").await, 1, "the first fetch imported the first entry");
+    // A new entry upstream arrives downstream through the hub, well before any poll.
+    for (n, id) in ["second", "third"].into_iter().enumerate() {
+        let t = Instant::now();
+        put(id).await;
+        while total(&down.base, "down").await < n as u64 + 2 {
+            assert!(t.elapsed() < Duration::from_secs(1), "{id} not delivered within a second:\n{}", down.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let doc: Value =
+        reqwest::get(format!("{}/feeds/down/?order=created", down.base)).await.unwrap().json().await.unwrap();
+    let titles: Vec<&str> = doc["items"].as_array().unwrap().iter().map(|i| i["title"].as_str().unwrap()).collect();
+    assert_eq!(titles, ["first", "second", "third"]);
+    assert_eq!(doc["items"][2]["author"]["displayName"], "Upstream");
+    // A delivery that is not signed by the hub (here: to no subscription of ours) is
+    // answered 2xx, as WebSub asks, and imports nothing.
+    let forged =
+        "<feed xmlns='http://www.w3.org/2005/Atom'><entry><id>urn:forged</id><title>forged</title></entry></feed>";
+    let res = client
+        .post(format!("{}/sources/0123456789abcdef0123456789abcdef", down.base))
+        .header("x-hub-signature", "sha256=00")
+        .body(forged)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(total(&down.base, "down").await, 3, "the forged entry is not imported");
+}

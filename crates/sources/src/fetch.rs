@@ -6,8 +6,12 @@
 use crate::config::Location;
 use outbound::{Client, Refused};
 use reqwest::StatusCode;
-use reqwest::header::{ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, LINK, LOCATION};
+use reqwest::header::{ACCEPT, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, LINK, LOCATION};
 use url::Url;
+
+/// What a fetch asks for: feed documents first (a smartfeeds feed URL then answers Atom
+/// rather than its JSON collection), anything after them.
+const ACCEPTED: &str = "application/atom+xml, application/rss+xml, application/feed+json;q=0.9, application/xml;q=0.8, text/xml;q=0.8, */*;q=0.5";
 
 /// The most redirects one fetch follows.
 pub const MAX_REDIRECTS: usize = 5;
@@ -22,13 +26,24 @@ pub struct Validators {
 /// How a fetch that worked ended.
 #[derive(Debug)]
 pub enum Answer {
-    /// A document: its bytes, the URL it came from (after redirects: what relative links
-    /// resolve against), the hub its `Link` header names, its validators.
-    Document { body: Vec<u8>, url: Url, hub: Option<String>, validators: Validators },
+    /// A document (boxed: it is much larger than the other answers).
+    Document(Box<Got>),
     /// `304 Not Modified`.
     NotModified,
     /// `410 Gone`: the source is to be fetched no more.
     Gone,
+}
+
+/// A fetched document: its bytes, the URL it came from (after redirects: what relative
+/// links resolve against), the hub and topic (`self`) its `Link` header names, its
+/// validators.
+#[derive(Debug)]
+pub struct Got {
+    pub body: Vec<u8>,
+    pub url: Url,
+    pub hub: Option<String>,
+    pub topic: Option<String>,
+    pub validators: Validators,
 }
 
 /// A fetch's answer, and where the source permanently moved if every redirect on the way
@@ -95,7 +110,8 @@ impl Fetcher {
                 }
                 let body = tokio::fs::read(path).await.map_err(|e| FetchError::File(e.to_string()))?;
                 let url = Url::from_file_path(path).unwrap_or_else(|_| Url::parse("file:///").expect("a URL"));
-                let answer = Answer::Document { body, url, hub: None, validators: Validators::default() };
+                let got = Got { body, url, hub: None, topic: None, validators: Validators::default() };
+                let answer = Answer::Document(Box::new(got));
                 Ok(Fetched { answer, moved: None })
             }
         }
@@ -107,7 +123,7 @@ impl Fetcher {
         let mut moved = None;
         let mut permanent = true;
         for _ in 0..=MAX_REDIRECTS {
-            let mut req = self.client.get(url.as_str())?;
+            let mut req = self.client.get(url.as_str())?.header(ACCEPT, ACCEPTED);
             if let Some(v) = validators {
                 if let Some(etag) = &v.etag {
                     req = req.header(IF_NONE_MATCH, etag);
@@ -138,7 +154,9 @@ impl Fetcher {
                 s if s.is_success() => {
                     let header = |name| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
                     let validators = Validators { etag: header(ETAG), last_modified: header(LAST_MODIFIED) };
-                    let hub = resp.headers().get_all(LINK).iter().filter_map(|v| v.to_str().ok()).find_map(hub_link);
+                    let links = || resp.headers().get_all(LINK).iter().filter_map(|v| v.to_str().ok());
+                    let hub = links().find_map(|l| link_to(l, "hub"));
+                    let topic = links().find_map(|l| link_to(l, "self"));
                     if resp.content_length().is_some_and(|n| n > self.max_bytes) {
                         return Err(FetchError::TooLarge(self.max_bytes));
                     }
@@ -149,7 +167,7 @@ impl Fetcher {
                         }
                         body.extend_from_slice(&chunk);
                     }
-                    Answer::Document { body, url, hub, validators }
+                    Answer::Document(Box::new(Got { body, url, hub, topic, validators }))
                 }
                 s => return Err(FetchError::Status(s.as_u16())),
             };
@@ -159,17 +177,17 @@ impl Fetcher {
     }
 }
 
-/// The target of the `rel="hub"` link of a `Link` header value, if it has one.
-pub fn hub_link(header: &str) -> Option<String> {
+/// The target of the link with relation `rel` in a `Link` header value, if it has one.
+pub fn link_to(header: &str, rel: &str) -> Option<String> {
     header.split(',').find_map(|link| {
         let (target, params) = link.split_once(';')?;
         let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
-        let is_hub = params.split(';').any(|p| {
+        let matches = params.split(';').any(|p| {
             let p = p.trim();
             p.strip_prefix("rel=")
-                .is_some_and(|r| r.trim_matches('"').split_whitespace().any(|r| r.eq_ignore_ascii_case("hub")))
+                .is_some_and(|r| r.trim_matches('"').split_whitespace().any(|r| r.eq_ignore_ascii_case(rel)))
         });
-        is_hub.then(|| target.to_string())
+        matches.then(|| target.to_string())
     })
 }
 
@@ -179,12 +197,14 @@ mod tests {
 
     #[test]
     fn the_hub_is_found_among_links() {
+        let header = r#"<https://h.example/>; rel="hub", <https://x/feed>; rel="self""#;
+        assert_eq!(link_to(header, "hub").as_deref(), Some("https://h.example/"));
+        assert_eq!(link_to(header, "self").as_deref(), Some("https://x/feed"));
         assert_eq!(
-            hub_link(r#"<https://h.example/>; rel="hub", <https://x/feed>; rel="self""#).as_deref(),
-            Some("https://h.example/")
+            link_to(r#"<https://x/feed>; rel="self", <https://h/>; rel=hub"#, "hub").as_deref(),
+            Some("https://h/")
         );
-        assert_eq!(hub_link(r#"<https://x/feed>; rel="self", <https://h/>; rel=hub"#).as_deref(), Some("https://h/"));
-        assert_eq!(hub_link("<https://x/feed>; rel=\"self\""), None);
-        assert_eq!(hub_link("garbage"), None);
+        assert_eq!(link_to("<https://x/feed>; rel=\"self\"", "hub"), None);
+        assert_eq!(link_to("garbage", "hub"), None);
     }
 }

@@ -76,9 +76,10 @@ pub async fn complete<S: Store>(
         };
         let fetched =
             fetcher.fetch(&location, None).await.map_err(|err| HistoryError::Fetch { url: next.to_string(), err })?;
-        let Answer::Document { body, url, .. } = fetched.answer else {
+        let Answer::Document(got) = fetched.answer else {
             return Err(HistoryError::NoDocument { url: next.to_string() });
         };
+        let (body, url) = (got.body, got.url);
         let doc = parse_off_thread(body).await.map_err(|err| HistoryError::Parse { url: next.to_string(), err })?;
         let found = if empty { false } else { svc.source_holds(feed, doc.ids()).await?.1.contains(&true) };
         gathered += doc.entries.len();

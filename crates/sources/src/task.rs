@@ -7,15 +7,18 @@
 use crate::config::{Location, MAX_BACKOFF, Source};
 use crate::fetch::{Answer, Fetcher, Validators};
 use crate::history::{self, HistoryError};
+use crate::websub::Subscriber;
 use feed::ports::{Share, Store};
 use feed::service::{Imported, Service, SourceStatus};
 use metrics::source::SourceMetrics;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 /// How often an instance that does not fetch a source looks again whether it should.
 const SHARE_RECHECK: Duration = Duration::from_secs(5);
+/// Deliveries from the source's hub waiting for the task.
+const DELIVERIES: usize = 16;
 
 /// What a fetch came to.
 #[derive(Debug)]
@@ -48,6 +51,15 @@ pub struct Task<S: Store> {
     pub ping: Arc<Notify>,
     /// The feeds this instance fetches, when instances share the store; `None`: all.
     pub share: Option<watch::Receiver<Share>>,
+    /// Subscribes to the source's own hub, where the HTTP face has a public prefix.
+    pub subscriber: Option<Arc<Subscriber>>,
+}
+
+/// The hub a fetched document names, and the topic to subscribe to there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct HubLink {
+    hub: String,
+    topic: String,
 }
 
 impl<S: Store> Task<S> {
@@ -58,6 +70,8 @@ impl<S: Store> Task<S> {
         let mut validators: Option<Validators> = None;
         let mut failures: u32 = 0;
         let mut status = SourceStatus { location: location.to_string(), ..SourceStatus::default() };
+        let (deliveries_tx, mut deliveries_rx) = mpsc::channel(DELIVERIES);
+        let mut hub: Option<HubLink> = None;
         loop {
             if !self.owned().await {
                 status.next_fetch = None;
@@ -74,7 +88,7 @@ impl<S: Store> Task<S> {
                 }
             }
             status.idle = None;
-            let outcome = self.fetch_once(&mut location, &mut validators).await;
+            let outcome = self.fetch_once(&mut location, &mut validators, &mut hub).await;
             self.metrics.fetch(outcome.label());
             let now = chrono::Utc::now();
             status.location = location.to_string();
@@ -113,9 +127,27 @@ impl<S: Store> Task<S> {
             };
             status.next_fetch = Some(now.timestamp_millis() + delay.as_millis() as i64);
             self.svc.sources().set(&feed, status.clone());
-            tokio::select! {
-                _ = self.ping.notified() => {}
-                _ = tokio::time::sleep(delay) => {}
+            if let (Some(subscriber), Some(link)) = (&self.subscriber, &hub) {
+                let renew_before = self.source.interval * 2 + Duration::from_secs(60);
+                subscriber.ensure(&feed, &link.hub, &link.topic, renew_before, &deliveries_tx).await;
+            }
+            // Until the next fetch: a ping cuts the wait short, deliveries from the hub are
+            // imported as they come.
+            let next = tokio::time::Instant::now() + delay;
+            loop {
+                tokio::select! {
+                    _ = self.ping.notified() => break,
+                    _ = tokio::time::sleep_until(next) => break,
+                    Some(body) = deliveries_rx.recv() => {
+                        let outcome = self.import_document(body, None).await;
+                        self.metrics.fetch(if matches!(outcome, Outcome::Failed(_)) { "error" } else { "delivered" });
+                        match outcome {
+                            Outcome::Imported(i) => self.count(&i),
+                            Outcome::Failed(why) => tracing::warn!(feed = %feed, error = %why, "a delivery from the source's hub could not be imported"),
+                            _ => {}
+                        }
+                    }
+                }
             }
         }
     }
@@ -142,8 +174,14 @@ impl<S: Store> Task<S> {
         }
     }
 
-    /// One fetch: the document (conditionally), its history when needed, one import.
-    async fn fetch_once(&self, location: &mut Location, validators: &mut Option<Validators>) -> Outcome {
+    /// One fetch: the document (conditionally), its history when needed, one import. Notes
+    /// the hub the document names in `hub`.
+    async fn fetch_once(
+        &self,
+        location: &mut Location,
+        validators: &mut Option<Validators>,
+        hub: &mut Option<HubLink>,
+    ) -> Outcome {
         let feed = &self.source.feed;
         let fetched = match self.fetcher.fetch(location, validators.as_ref()).await {
             Ok(f) => f,
@@ -153,29 +191,60 @@ impl<S: Store> Task<S> {
             tracing::warn!(feed = %feed, from = %location, to = %to, "source moved permanently; fetched from its new URL from now on");
             *location = Location::Web(to);
         }
-        let (body, url, new_validators) = match fetched.answer {
+        let (body, url, header_hub, header_topic, new_validators) = match fetched.answer {
             Answer::NotModified => return Outcome::NotModified,
             Answer::Gone => return Outcome::Gone,
-            Answer::Document { body, url, validators, .. } => (body, url, validators),
+            Answer::Document(got) => {
+                let got = *got;
+                (got.body, got.url, got.hub, got.topic, got.validators)
+            }
         };
         let doc = match history::parse_off_thread(body).await {
             Ok(d) => d,
             Err(e) => return Outcome::Failed(e.to_string()),
         };
+        if url.scheme() != "file" {
+            let found = header_hub.or_else(|| doc.hub.clone()).and_then(|h| url.join(&h).ok());
+            let topic = header_topic.or_else(|| doc.self_link.clone()).and_then(|t| url.join(&t).ok());
+            *hub = found.map(|h| HubLink {
+                hub: h.to_string(),
+                topic: topic.map_or_else(|| url.to_string(), |t| t.to_string()),
+            });
+        }
+        let outcome = self.import(doc, &url).await;
+        if matches!(outcome, Outcome::Imported(_)) {
+            // Only once the document is imported: a failed import is asked for whole again.
+            *validators = Some(new_validators);
+        }
+        outcome
+    }
+
+    /// A document the source's hub delivered, imported like a fetched one.
+    async fn import_document(&self, body: Vec<u8>, url: Option<&url::Url>) -> Outcome {
+        let doc = match history::parse_off_thread(body).await {
+            Ok(d) => d,
+            Err(e) => return Outcome::Failed(e.to_string()),
+        };
+        let base = match (url, &self.source.location) {
+            (Some(u), _) | (None, Location::Web(u)) => u.clone(),
+            (None, Location::File(_)) => return Outcome::Failed("a delivery for a file source".into()),
+        };
+        self.import(doc, &base).await
+    }
+
+    /// A read document's entries, completed from its archives, imported in one transaction.
+    async fn import(&self, doc: crate::document::Document, url: &url::Url) -> Outcome {
+        let feed = &self.source.feed;
         if doc.skipped > 0 {
             tracing::debug!(feed = %feed, skipped = doc.skipped, "source entries without an id or link, or unwritable, left out");
         }
-        let entries = match history::complete(&self.svc, feed, &self.fetcher, doc, &url, self.max_history).await {
+        let entries = match history::complete(&self.svc, feed, &self.fetcher, doc, url, self.max_history).await {
             Ok(e) => e,
             Err(HistoryError::Store(e)) => return Outcome::Failed(format!("the store: {e}")),
             Err(e) => return Outcome::Failed(e.to_string()),
         };
         match self.svc.import(feed, entries).await {
-            Ok(imported) => {
-                // Only once the document is imported: a failed import is asked for whole again.
-                *validators = Some(new_validators);
-                Outcome::Imported(imported)
-            }
+            Ok(imported) => Outcome::Imported(imported),
             Err(e) => Outcome::Failed(format!("the store: {e}")),
         }
     }

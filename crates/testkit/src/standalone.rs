@@ -20,8 +20,18 @@ impl Standalone {
     /// users `bot` and `alice` have tokens), the feeds `feeds` (published by `bot`) and the
     /// extra tables `tables`; returns once HTTP answers.
     pub fn start(http: &str, feeds: &[&str], tables: &str) -> Standalone {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        Standalone::start_on(free_port(), http, feeds, tables)
+    }
+
+    /// [`start`](Self::start) with `[http] base_url` set to its own address (what smartfeeds
+    /// needs to give others callback URLs, e.g. to subscribe to its sources' hubs).
+    pub fn start_public(http: &str, feeds: &[&str], tables: &str) -> Standalone {
         let port = free_port();
+        Standalone::start_on(port, &format!("base_url = \"http://127.0.0.1:{port}\"\n{http}"), feeds, tables)
+    }
+
+    fn start_on(port: u16, http: &str, feeds: &[&str], tables: &str) -> Standalone {
+        let dir = tempfile::tempdir().expect("a temporary directory");
         let config = format!(
             "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\nserver = \"127.0.0.1:1\"\n\
              [store]\npath = \"{}\"\n{}{tables}\n{}",

@@ -38,6 +38,7 @@ pub mod document;
 pub mod pings;
 mod registry;
 pub mod request;
+pub mod source_callbacks;
 mod verify;
 
 use crate::hub::config::HubConfig;
@@ -97,6 +98,8 @@ pub struct Hub<S: Store> {
     stop: watch::Receiver<bool>,
     /// Who is told of publisher pings (sources); unset: every ping is 404.
     pinged: std::sync::OnceLock<pings::Pinged>,
+    /// Who subscribed to sources' hubs (their callbacks are `BASE/sources/KEY`); unset: 404.
+    sources: std::sync::OnceLock<Arc<dyn source_callbacks::SourceCallbacks>>,
 }
 
 impl<S: Store> Hub<S> {
@@ -130,6 +133,7 @@ impl<S: Store> Hub<S> {
             stop,
             config,
             pinged: std::sync::OnceLock::new(),
+            sources: std::sync::OnceLock::new(),
         }))
     }
 
@@ -142,6 +146,11 @@ impl<S: Store> Hub<S> {
         let _ = self.pinged.set(pinged);
     }
 
+    /// Sets who answers on `BASE/sources/KEY` (once; later calls change nothing).
+    pub fn on_source_callbacks(&self, callbacks: Arc<dyn source_callbacks::SourceCallbacks>) {
+        let _ = self.sources.set(callbacks);
+    }
+
     /// The hub's routes: `BASE/hub` and the seed's `BASE/feeds/FEED/hub/`, the same hub.
     /// Mounted behind the HTTP face's gate, which puts the requester's `Actor` in.
     pub fn routes(self: &Arc<Self>) -> axum::Router {
@@ -150,6 +159,10 @@ impl<S: Store> Hub<S> {
             .route("/hub", post(request::post::<S>))
             .route("/feeds/{feed}/hub/", post(request::post::<S>))
             .route("/feeds/{feed}/hub", post(request::post::<S>))
+            .route(
+                "/sources/{key}",
+                axum::routing::get(source_callbacks::verify::<S>).post(source_callbacks::deliver::<S>),
+            )
             .with_state(self.clone())
     }
 

@@ -117,7 +117,10 @@ pub fn read_form(body: &[u8], base: &str, config: &HubConfig) -> Result<Asked, A
         "subscribe" => Mode::Subscribe,
         "unsubscribe" => Mode::Unsubscribe,
         other => {
-            return Err(ApiError::bad_request(format!("hub.mode {:?} is not subscribe or unsubscribe", quote(other))));
+            return Err(ApiError::bad_request(format!(
+                "hub.mode {:?} is not subscribe, unsubscribe or publish",
+                quote(other)
+            )));
         }
     };
     let topic = form.required("hub.topic")?.to_string();

@@ -45,6 +45,7 @@ pub fn parse(bytes: &[u8]) -> Option<Document> {
         skipped,
         prev_archive: link(&root, "prev-archive"),
         hub: link(&root, "hub"),
+        self_link: link(&root, "self"),
     })
 }
 

@@ -24,6 +24,8 @@ pub struct Document {
     pub prev_archive: Option<String>,
     /// The WebSub hub it advertises, as written.
     pub hub: Option<String>,
+    /// Its `self` link, as written: the topic to subscribe to at its hub.
+    pub self_link: Option<String>,
 }
 
 impl Document {

@@ -33,7 +33,13 @@ pub fn parse(bytes: &[u8]) -> Result<Document, ParseError> {
         }
     }
     let link = |rel: &str| feed.links.iter().find(|l| l.rel.as_deref() == Some(rel)).map(|l| l.href.clone());
-    Ok(Document { entries: finish(parsed, Vec::new()), skipped, prev_archive: link("prev-archive"), hub: link("hub") })
+    Ok(Document {
+        entries: finish(parsed, Vec::new()),
+        skipped,
+        prev_archive: link("prev-archive"),
+        hub: link("hub"),
+        self_link: link("self"),
+    })
 }
 
 /// An attribute name (all of them are written here, and valid).
