@@ -9,7 +9,8 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
-    /// `ok`, `not_modified`, `error`, `gone`, `refused`.
+    /// `ok` (a document fetched and imported), `not_modified` (304), `error`, `gone` (410),
+    /// `delivered` (a document the source's hub pushed, imported).
     pub outcome: &'static str,
 }
 

@@ -109,7 +109,11 @@ impl Fetcher {
                     return Err(FetchError::TooLarge(self.max_bytes));
                 }
                 let body = tokio::fs::read(path).await.map_err(|e| FetchError::File(e.to_string()))?;
-                let url = Url::from_file_path(path).unwrap_or_else(|_| Url::parse("file:///").expect("a URL"));
+                // What relative links (prev-archive) resolve against: the file's absolute URL.
+                let url = std::path::absolute(path)
+                    .ok()
+                    .and_then(|p| Url::from_file_path(p).ok())
+                    .ok_or_else(|| FetchError::File("the path cannot be made absolute".into()))?;
                 let got = Got { body, url, hub: None, topic: None, validators: Validators::default() };
                 let answer = Answer::Document(Box::new(got));
                 Ok(Fetched { answer, moved: None })
