@@ -12,6 +12,7 @@
 #
 #   scripts/bench-sources.sh [WINDOW]     (default 90 s: three rounds of the 1,000 sources)
 #
+# BENCH_KEEP=1 keeps the work directory (documents, configurations, logs).
 # smartfeeds runs without an XMPP server (its link keeps retrying, which costs nothing
 # measurable); nothing listens beyond 127.0.0.1.
 set -euo pipefail
@@ -23,7 +24,7 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	rm -rf "$work"
+	[ -n "${BENCH_KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 
@@ -31,6 +32,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 tick=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 fetches() { curl -fsS "http://127.0.0.1:$1/metrics" | awk '/^smartfeeds_source_fetches_total/ {n += $2} END {print n + 0}'; }
+errors() { curl -fsS "http://127.0.0.1:$1/metrics" | awk '/^smartfeeds_source_fetches_total\{outcome="error"\}/ {n += $2} END {print n + 0}'; }
 
 # The documents.
 python3 - "$work/www" <<'EOF'
@@ -69,15 +71,25 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         return super().send_head()
     def log_message(self, *args):
         pass
-http.server.ThreadingHTTPServer.daemon_threads = True
-server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), functools.partial(Handler, directory=sys.argv[2]))
-server.request_queue_size = 1024
-server.serve_forever()
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    # Every source is fetched at start: a deep listen backlog, so none waits for a SYN retry.
+    request_queue_size = 2048
+    def handle_error(self, request, client_address):
+        pass
+Server(("127.0.0.1", int(sys.argv[1])), functools.partial(Handler, directory=sys.argv[2])).serve_forever()
 EOF
 www_port=$(free_port)
-MODE=conditional python3 "$work/serve.py" "$www_port" "$work/www" &
-pids+=($!)
-www=$!
+# Starts the document server in mode $1 and waits until it answers.
+serve() {
+	MODE=$1 python3 "$work/serve.py" "$www_port" "$work/www" &
+	pids+=($!)
+	www=$!
+	for _ in $(seq 100); do curl -fsS -o /dev/null "http://127.0.0.1:$www_port/s/0.xml" 2>/dev/null && return; sleep 0.1; done
+	echo "the document server did not start" >&2
+	exit 1
+}
+serve conditional
 
 # Starts smartfeeds on a fresh database with the [[feeds]] tables in $2; $1 names the run.
 start() {
@@ -128,23 +140,25 @@ kill "$sf"
 feeds=$(for s in $(seq 0 999); do printf '[[feeds]]\nname = "s%d"\nsource = "http://127.0.0.1:%d/s/%d.xml"\nsource_interval = 30\n' "$s" "$www_port" "$s"; done)
 for mode in conditional full; do
 	kill "$www" 2>/dev/null || true
-	MODE=$mode python3 "$work/serve.py" "$www_port" "$work/www" &
-	pids+=($!)
-	www=$!
 	sleep 0.5
+	serve "$mode"
 	start "poll-$mode" "$feeds"
 	# The first round imports every source; measure from the end of it.
 	for _ in $(seq 600); do [ "$(fetches "$sf_metrics")" -ge 1000 ] && break; sleep 0.1; done
 	sleep 5
 	c0=$(cpu_ticks "$sf")
 	f0=$(fetches "$sf_metrics")
+	e0=$(errors "$sf_metrics")
 	sleep "$window"
 	c1=$(cpu_ticks "$sf")
 	f1=$(fetches "$sf_metrics")
+	e1=$(errors "$sf_metrics")
+	rss=$(awk '/VmRSS/ {print $2}' "/proc/$sf/status")
 	kill "$sf"
 	python3 -c "
-c, f, w = ($c1 - $c0) / $tick, $f1 - $f0, $window
+c, f, e, w = ($c1 - $c0) / $tick, $f1 - $f0, $e1 - $e0, $window
 label = {'conditional': 'answered 304', 'full': 'answered 200, same body'}['$mode']
-print(f'polling, {label}: {f} fetches in {w} s, CPU {c:.2f} s ({100 * c / w:.1f} % of one core), {1000 * c / max(f, 1):.2f} ms per fetch')
+print(f'polling, {label}: {f} fetches ({e} failed) in {w} s, CPU {c:.2f} s ({100 * c / w:.1f} % of one core), '
+      f'{1000 * c / max(f, 1):.2f} ms per fetch, RSS {$rss / 1024:.0f} MiB')
 "
 done
