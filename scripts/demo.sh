@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: a private Prosody on 127.0.0.1 plus smartfeeds serving feeds.localhost, with a
-# demo feed ("comments") holding the entries of demo/comments.atom. Installs Prosody (and
+# demo feed ("comments") whose source is demo/comments.atom (SPEC §13: smartfeeds reads it
+# at start and every minute; edit it and the changes are pushed). Installs Prosody (and
 # curl) if missing and builds smartfeeds. Everything lives under ./run; nothing listens
 # beyond 127.0.0.1.
 #
@@ -26,7 +27,7 @@ fi
 
 missing=()
 command -v prosody >/dev/null 2>&1 || missing+=(prosody)
-command -v curl >/dev/null 2>&1 || missing+=(curl) # publishes the demo entries
+command -v curl >/dev/null 2>&1 || missing+=(curl) # checks that the demo feed is imported
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "installing ${missing[*]} (Debian packages)..."
 	if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
@@ -58,17 +59,16 @@ if ! grep -q "connected" "$run/smartfeeds.log"; then
 	exit 1
 fi
 
-# The demo feed: the entries of demo/comments.atom (one a line), published over HTTP as a
-# publisher would, each under the last part of its Atom id.
-grep '^<entry' demo/comments.atom | while IFS= read -r entry; do
-	id=$(printf '%s' "$entry" | sed -n 's|.*<id>urn:smartfeeds:demo:\([^<]*\)</id>.*|\1|p')
-	curl -fsS -o /dev/null -X PUT -H 'Authorization: Bearer demo-bot-token-0123456789' \
-		-H 'Content-Type: application/atom+xml' --data-binary "$entry" \
-		"http://127.0.0.1:8080/feeds/comments/items/$id" || {
-		echo "publishing the demo entry $id failed; smartfeeds' log: $run/smartfeeds.log" >&2
-		exit 1
-	}
+# The demo feed comes from its source, demo/comments.atom, imported at start.
+for _ in $(seq 100); do
+	curl -fsS 'http://127.0.0.1:8080/feeds/comments/?max=0' 2>/dev/null | grep -q '"totalItems":12' && break
+	sleep 0.1
 done
+if ! curl -fsS 'http://127.0.0.1:8080/feeds/comments/?max=0' | grep -q '"totalItems":12'; then
+	echo "the demo feed was not imported from demo/comments.atom; smartfeeds' log:" >&2
+	tail -20 "$run/smartfeeds.log" >&2
+	exit 1
+fi
 
 cat <<EOT
 
@@ -77,8 +77,10 @@ smartfeeds is running: the component feeds.localhost, connected to a private Pro
   Connect an XMPP client to 127.0.0.1:5222 (no TLS; plain password login allowed) as
   alice@localhost, bob@localhost, bot@localhost (a publisher) or admin@localhost,
   password "password". Then, to feeds.localhost:
-    - disco#items lists the feeds; the demo feed is "comments" (the 12 entries of
-      demo/comments.atom);
+    - disco#items lists the feeds; the demo feed is "comments" (the 12 entries of its
+      source, demo/comments.atom: add or edit an entry there and within a minute it is
+      pushed, or at once with
+      curl -d hub.mode=publish -d hub.url=demo/comments.atom http://127.0.0.1:8080/hub);
     - pull:       <items node="comments?order=modified"/> with an RSM <set><max>10</max></set>
     - subscribe:  <subscribe node="comments?order=modified" jid="alice@localhost"/>
     - publish as bot@localhost to node "comments" and watch the push arrive.

@@ -3,8 +3,9 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      (default 60 s each, every target)
 # Targets (fuzz/fuzz_targets/): stanza (stanza parsing, routing and the core), query (the HTTP
 # query and position-spec parser), websub_form (the hub's request form), atom_entry (the
-# check of an HTTP publish's body), feed_document (feed documents read with feed-rs, as
-# sources will read them).
+# check of an HTTP publish's body), feed_document (feed documents read with feed-rs),
+# source_document (a source's document read as a fetch reads it: Atom kept as written, RSS
+# and JSON Feed written as Atom).
 # Each starts from its seeds (fuzz/seeds/TARGET/) and the corpus earlier runs grew
 # (fuzz/corpus/TARGET/, not kept in git). A crash stops the script with libFuzzer's report
 # and the input under fuzz/artifacts/TARGET/. The last line per target gives its executions.
@@ -16,7 +17,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-	targets=(stanza query websub_form atom_entry feed_document)
+	targets=(stanza query websub_form atom_entry feed_document source_document)
 fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
 	echo "fuzz.sh: cargo-fuzz is missing: cargo install cargo-fuzz" >&2

@@ -51,9 +51,9 @@ if cargo nextest --version >/dev/null 2>&1; then
 	# Prosody servers of its own; they run in the Prosody pass only. cluster starts its own
 	# two-node ejabberd cluster whichever server is selected: it already ran in the first pass, as
 	# did package (the Debian package against Prosody; one release build per run is enough).
-	# http_outbound and http_schemathesis start no XMPP server: once is enough for them too.
+	# http_outbound, http_schemathesis and sources_alone start no XMPP server: once is enough for them too.
 	SMARTFEEDS_TEST_SERVER=ejabberd cargo nextest run --no-fail-fast \
-		-E 'binary(/^e2e_/) - binary(/^e2e_(crash|hostile|limits|federation|cluster|package|http_outbound|http_schemathesis)$/)' || status=1
+		-E 'binary(/^e2e_/) - binary(/^e2e_(crash|hostile|limits|federation|cluster|package|http_outbound|http_schemathesis|sources_alone)$/)' || status=1
 	echo "test.sh: end-to-end tests, ejabberd: $((SECONDS - started)) s" >&2
 else
 	SMARTFEEDS_TEST_SERVER=prosody cargo test --no-fail-fast || status=1

@@ -153,8 +153,9 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
             move || [("replies", depth(&replies)), ("pushes", depth(&pushes)), ("changes", depth(&weak_changes))];
         start_metrics(addr, metrics.clone(), depths).await?;
     }
+    let sources = start_sources(&config, &svc, &metrics, share.clone())?;
     if let (Some(_), Some(wake_rx)) = (&config.http, wake_rx) {
-        let faces = HttpParts { wakeups, wake_rx, hub, share };
+        let faces = HttpParts { wakeups, wake_rx, hub, share, sources };
         start_http(&config, &svc, &metrics, faces, &requests).await?;
     }
     let (from_service, from_service_rx) = mpsc::unbounded_channel();
@@ -224,12 +225,33 @@ async fn start_metrics<const N: usize>(
     Ok(())
 }
 
-/// What the HTTP face and the WebSub hub are woken by.
+/// Starts one fetching task per configured source (SPEC §13). Where instances share the
+/// store, each source is fetched by the instance that pushes its feed.
+fn start_sources<S: Store>(
+    config: &Config,
+    svc: &Service<S>,
+    metrics: &Arc<Metrics>,
+    share: Option<watch::Receiver<feed::ports::Share>>,
+) -> anyhow::Result<sources::Sources> {
+    let list = config.feed_sources()?;
+    if list.is_empty() {
+        return Ok(sources::Sources::default());
+    }
+    tracing::info!(sources = list.len(), "fetching sources");
+    let m = Arc::new(metrics.source.clone());
+    // Subscribing to the sources' own hubs needs a public callback URL.
+    let base = config.http.as_ref().and_then(|h| h.base_url.as_deref());
+    sources::Sources::start(svc, list, &config.sources, &config.outbound, m, share, base)
+        .map_err(|why| anyhow::anyhow!("starting the sources: {why}"))
+}
+
+/// What the HTTP face and the WebSub hub are woken by, and whom pings go to.
 struct HttpParts {
     wakeups: Arc<http::longpoll::Wakeups>,
     wake_rx: mpsc::Receiver<Change>,
     hub: Arc<http::hub::Registry>,
     share: Option<watch::Receiver<feed::ports::Share>>,
+    sources: sources::Sources,
 }
 
 /// Starts the HTTP face and the WebSub hub beside it, both ending with the `requests` stage.
@@ -241,7 +263,7 @@ async fn start_http<S: Store>(
     requests: &Stage,
 ) -> anyhow::Result<()> {
     let Some(http) = &config.http else { return Ok(()) };
-    let HttpParts { wakeups, wake_rx, hub, share } = parts;
+    let HttpParts { wakeups, wake_rx, hub, share, sources } = parts;
     let files = http::raise_open_files();
     let listener =
         tokio::net::TcpListener::bind(http.listen).await.with_context(|| format!("http.listen {}", http.listen))?;
@@ -263,6 +285,10 @@ async fn start_http<S: Store>(
         requests.signal(),
     )
     .context("starting the WebSub hub")?;
+    if let Some(subscriber) = sources.subscriber() {
+        hub.on_source_callbacks(Arc::new(SourceHubs(subscriber)));
+    }
+    hub.on_ping(Arc::new(move |urls: &[String]| sources.ping(urls)));
     let hub_task = hub.start().await.context("loading the WebSub subscriptions")?;
     let done = requests.token();
     tokio::spawn(async move {
@@ -291,6 +317,24 @@ async fn start_http<S: Store>(
         http::serve(listener, state, hub.routes(), limits, stopped).await
     });
     Ok(())
+}
+
+/// The callbacks of the subscriptions to sources' hubs, as the HTTP face takes them (the
+/// face and the producer know nothing of each other; this is where they meet).
+struct SourceHubs(Arc<sources::websub::Subscriber>);
+
+impl http::hub::source_callbacks::SourceCallbacks for SourceHubs {
+    fn verify(&self, key: &str, mode: &str, topic: &str, lease: Option<u64>) -> bool {
+        self.0.verify(key, mode, topic, lease)
+    }
+
+    fn deliver(&self, key: &str, signature: Option<&str>, body: &[u8]) {
+        self.0.deliver(key, signature, body);
+    }
+
+    fn max_bytes(&self) -> usize {
+        self.0.max_bytes()
+    }
 }
 
 /// Open files kept for everything but HTTP connections: the store, the XMPP link, the

@@ -37,8 +37,14 @@ pub struct Config {
     /// How outbound requests (WebSub callbacks) resolve names.
     #[serde(default)]
     pub outbound: outbound::OutboundConfig,
+    /// Settings for every feed's source (SPEC §13).
+    #[serde(default)]
+    pub sources: sources::SourcesConfig,
     #[serde(default)]
     pub feeds: Vec<FeedConfig>,
+    /// The configuration file's directory: relative source paths are read from there.
+    #[serde(skip)]
+    pub dir: PathBuf,
 }
 
 /// The HTTP face: `[http]`.
@@ -325,6 +331,13 @@ pub struct FeedConfig {
     /// For `whitelist` feeds: bare JIDs, or `*@domain` for a whole domain.
     #[serde(default)]
     pub allowed: Vec<String>,
+    /// A feed document elsewhere whose entries become this feed's items (SPEC §13): an
+    /// `http(s)://` URL or a file path (relative to the configuration file).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Seconds between two fetches of `source` (default 900, at least 30).
+    #[serde(default)]
+    pub source_interval: Option<u64>,
 }
 
 /// Why a configuration cannot be used. The message says what to fix.
@@ -346,6 +359,7 @@ impl Config {
             ConfigError::Toml { err, .. } => ConfigError::Toml { path: path.to_owned(), err },
             other => other,
         })?;
+        cfg.dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         if let Ok(secret) = std::env::var("SMARTFEEDS_SECRET") {
             cfg.component.secret = secret;
         }
@@ -457,7 +471,47 @@ impl Config {
                 check_bare_jid(&format!("feeds.{}.allowed", f.name), jid)?;
             }
         }
+        self.sources.validate().map_err(ConfigError::Invalid)?;
+        for f in &self.feeds {
+            if f.source.is_none() && f.source_interval.is_some() {
+                return bad(format!("feeds.{}: source_interval is set but there is no source", f.name));
+            }
+        }
+        for s in self.feed_sources()? {
+            if let sources::Location::Web(url) = &s.location
+                && !self.sources.allow_private
+                && names_a_private_host(url)
+            {
+                return bad(format!(
+                    "feeds.{}: source {:?} is a loopback, private, link-local or multicast address \
+                     (set sources.allow_private = true to allow it)",
+                    s.feed, s.configured
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// Every feed's source, checked (URL or path, interval).
+    pub fn feed_sources(&self) -> Result<Vec<sources::Source>, ConfigError> {
+        self.feeds
+            .iter()
+            .filter_map(|f| f.source.as_ref().map(|s| (f, s)))
+            .map(|(f, s)| {
+                sources::Source::parse(&f.name, s, f.source_interval, &self.dir).map_err(ConfigError::Invalid)
+            })
+            .collect()
+    }
+}
+
+/// Whether a URL's host is, as written, a local name or an address that is not public (a
+/// name resolving to one is refused when it is fetched: names may change).
+fn names_a_private_host(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(name)) => outbound::is_local_name(name),
+        Some(url::Host::Ipv4(ip)) => !outbound::is_public(ip.into()),
+        Some(url::Host::Ipv6(ip)) => !outbound::is_public(ip.into()),
+        None => true,
     }
 }
 
@@ -585,6 +639,21 @@ allowed = ["bob@x", "*@example.net"]
     }
 
     #[test]
+    fn sources_are_checked_and_relative_paths_read_beside_the_configuration() {
+        let text = GOOD.replace("publishers =", "source = \"demo/feed.xml\"\nsource_interval = 30\npublishers =");
+        let mut c = Config::parse(&text).unwrap();
+        c.dir = PathBuf::from("/etc/smartfeeds");
+        c.validate().unwrap();
+        let s = c.feed_sources().unwrap();
+        assert_eq!(s[0].location, sources::Location::File("/etc/smartfeeds/demo/feed.xml".into()));
+        assert_eq!(s[0].interval, std::time::Duration::from_secs(30));
+        let text = GOOD
+            .replace("publishers =", "source = \"http://127.0.0.1:9/f\"\npublishers =")
+            .replace("[[feeds]]", "[sources]\nallow_private = true\n[[feeds]]");
+        Config::parse(&text).unwrap().validate().unwrap();
+    }
+
+    #[test]
     fn unknown_key_is_named_with_its_line() {
         let err = Config::parse(&GOOD.replace("autocreate", "autocreat")).unwrap_err().to_string();
         assert!(err.contains("autocreat") && err.contains("line 3"), "{err}");
@@ -614,6 +683,16 @@ allowed = ["bob@x", "*@example.net"]
                 ),
                 "twice",
             ),
+            (GOOD.replace("publishers =", "source_interval = 60\npublishers ="), "no source"),
+            (
+                GOOD.replace("publishers =", "source = \"https://x.example/f\"\nsource_interval = 10\npublishers ="),
+                "below 30",
+            ),
+            (GOOD.replace("publishers =", "source = \"gopher://x.example/f\"\npublishers ="), "not an http"),
+            (GOOD.replace("publishers =", "source = \"http://127.0.0.1:9/f\"\npublishers ="), "allow_private"),
+            (GOOD.replace("publishers =", "source = \"http://localhost/f\"\npublishers ="), "allow_private"),
+            (GOOD.replace("[[feeds]]", "[sources]\ntimeout = 0\n[[feeds]]"), "sources.timeout"),
+            (GOOD.replace("[[feeds]]", "[sources]\nmax_bytes = 5\n[[feeds]]"), "sources.max_bytes"),
             (GOOD.replace("[[feeds]]", "[store]\npath = \"a.db\"\nurl = \"postgres://u@h/d\"\n[[feeds]]"), "not both"),
             (GOOD.replace("[[feeds]]", "[store]\nurl = \"mysql://u@h/d\"\n[[feeds]]"), "postgres://"),
             (GOOD.replace("[[feeds]]", "[store]\nurl = \"postgres://u@h:notaport/d\"\n[[feeds]]"), "store.url"),

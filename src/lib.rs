@@ -23,6 +23,12 @@
 //!   the payloads, the error table, pushes (headlines, multicast).
 //! - `crates/http`: the HTTP face (axum): pulls, long-polls, event streams, archives,
 //!   publishes, the HTML page; and beside it the WebSub hub, which uses the face's modules.
+//! - `crates/sources`: the producer, a face that only publishes (SPEC §13): each feed's
+//!   source fetched (through `crates/outbound`'s checked client), read (Atom kept as
+//!   written, RSS and JSON Feed written as Atom), completed from its archives, and handed to
+//!   the core's `Service::import`, which commits each fetch's delta in one transaction.
+//! - `crates/outbound`: the requests to URLs others give (WebSub callbacks, sources): where
+//!   they may connect.
 //! - `crates/metrics`: the Prometheus metrics every part reports to.
 //! - `crates/load`: `smartfeeds-load`, the load tool; `crates/testkit`: what tests share (the
 //!   memory store, a throwaway PostgreSQL, the server harness of the end-to-end tests).

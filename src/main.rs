@@ -55,7 +55,13 @@ fn main() -> ExitCode {
     };
     match cli.command.unwrap_or(Command::Run) {
         Command::CheckConfig => {
-            println!("{}: ok ({} feeds, component {})", cli.config.display(), config.feeds.len(), config.component.jid);
+            let sources = config.feeds.iter().filter(|f| f.source.is_some()).count();
+            println!(
+                "{}: ok ({} feeds, {sources} with a source, component {})",
+                cli.config.display(),
+                config.feeds.len(),
+                config.component.jid
+            );
             ExitCode::SUCCESS
         }
         Command::Run => {

@@ -132,9 +132,15 @@ async fn bad_subscription_requests_get_a_clear_4xx() {
         (vec![("hub.topic", t.clone()), ("hub.callback", cb.url.clone())], 400, "hub.mode"),
         ([sub(t.clone(), cb.url.clone()), vec![("hub.mode", "x".into())]].concat(), 400, "more than once"),
         (
-            vec![("hub.mode", "publish".into()), ("hub.topic", t.clone()), ("hub.callback", cb.url.clone())],
+            vec![("hub.mode", "resubscribe".into()), ("hub.topic", t.clone()), ("hub.callback", cb.url.clone())],
             400,
             "hub.mode",
+        ),
+        // A publisher's ping (SPEC §13) naming no configured source.
+        (
+            vec![("hub.mode", "publish".into()), ("hub.topic", t.clone()), ("hub.callback", cb.url.clone())],
+            404,
+            "no configured source",
         ),
         (sub("http://elsewhere.example/feeds/requests/".into(), cb.url.clone()), 400, "not a feed URL"),
         (sub(topic("requests/?since=cursor%3A1_0_1"), cb.url.clone()), 400, "since"),

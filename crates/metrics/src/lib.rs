@@ -3,6 +3,7 @@
 //! sizes, commit latency) and the link's state. Served as text on a loopback address.
 
 pub mod hub;
+pub mod source;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -69,6 +70,8 @@ pub struct Metrics {
     pub http_connections: Gauge,
     /// The WebSub hub's (`smartfeeds_hub_*`).
     pub hub: hub::HubMetrics,
+    /// The sources' (`smartfeeds_source_*`).
+    pub source: source::SourceMetrics,
 }
 
 /// Counts one held request (long-poll or stream) for as long as it lives.
@@ -156,8 +159,10 @@ impl Metrics {
         let http_connections = Gauge::default();
         registry.register("http_connections", "HTTP connections open", http_connections.clone());
         let hub = hub::HubMetrics::register(&mut registry);
+        let source = source::SourceMetrics::register(&mut registry);
         Metrics {
             hub,
+            source,
             http_requests,
             http_request_seconds,
             http_held,

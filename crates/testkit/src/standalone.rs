@@ -11,7 +11,8 @@ pub struct Standalone {
     dir: tempfile::TempDir,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
-    _process: Process,
+    port: u16,
+    process: Option<Process>,
 }
 
 impl Standalone {
@@ -19,8 +20,18 @@ impl Standalone {
     /// users `bot` and `alice` have tokens), the feeds `feeds` (published by `bot`) and the
     /// extra tables `tables`; returns once HTTP answers.
     pub fn start(http: &str, feeds: &[&str], tables: &str) -> Standalone {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        Standalone::start_on(free_port(), http, feeds, tables)
+    }
+
+    /// [`start`](Self::start) with `[http] base_url` set to its own address (what smartfeeds
+    /// needs to give others callback URLs, e.g. to subscribe to its sources' hubs).
+    pub fn start_public(http: &str, feeds: &[&str], tables: &str) -> Standalone {
         let port = free_port();
+        Standalone::start_on(port, &format!("base_url = \"http://127.0.0.1:{port}\"\n{http}"), feeds, tables)
+    }
+
+    fn start_on(port: u16, http: &str, feeds: &[&str], tables: &str) -> Standalone {
+        let dir = tempfile::tempdir().expect("a temporary directory");
         let config = format!(
             "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\nserver = \"127.0.0.1:1\"\n\
              [store]\npath = \"{}\"\n{}{tables}\n{}",
@@ -29,19 +40,39 @@ impl Standalone {
             bot_feeds(feeds)
         );
         std::fs::write(dir.path().join("c.toml"), config).expect("the configuration written");
-        let log = dir.path().join("smartfeeds.log");
+        let mut sf = Standalone { dir, base: format!("http://127.0.0.1:{port}"), port, process: None };
+        sf.spawn();
+        sf
+    }
+
+    /// Runs the binary on the configuration and waits until HTTP answers (the log is
+    /// appended to).
+    fn spawn(&mut self) {
+        let log = self.log_path();
         let mut cmd = std::process::Command::new(bin());
         cmd.arg("--config")
-            .arg(dir.path().join("c.toml"))
+            .arg(self.dir.path().join("c.toml"))
             .env("RUST_LOG", "info,smartfeeds_http=debug,smartfeeds_outbound=debug");
-        let process = Process::spawn(cmd, &log).expect("smartfeeds runs");
+        self.process = Some(Process::spawn(cmd, &log).expect("smartfeeds runs"));
         let deadline = Instant::now() + Duration::from_secs(15);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             assert!(Instant::now() < deadline, "smartfeeds did not listen:\n{text}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Standalone { dir, base: format!("http://127.0.0.1:{port}"), _process: process }
+    }
+
+    /// SIGKILL (a crash).
+    pub fn kill(&mut self) {
+        if let Some(p) = self.process.take() {
+            p.kill();
+        }
+    }
+
+    /// Starts it again (after [`kill`](Self::kill)) on the same configuration and database.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
     }
 
     pub fn dir(&self) -> &Path {

@@ -89,7 +89,12 @@ pub async fn execute<S: Store>(svc: &Service<S>, actor: &str, cmd: Command) -> R
             let feeds = svc.admin_feeds(actor).await?;
             let rows = feeds
                 .iter()
-                .map(|(f, subs)| format!("{}: {} items, {} subscriptions", f.name, f.items, subs))
+                .map(|(f, subs)| match svc.sources().get(&f.name) {
+                    Some(source) => {
+                        format!("{}: {} items, {} subscriptions; {}", f.name, f.items, subs, source.describe())
+                    }
+                    None => format!("{}: {} items, {} subscriptions", f.name, f.items, subs),
+                })
                 .collect();
             (format!("{} feeds", feeds.len()), vec![lines("feeds", "Feeds", rows)])
         }

@@ -1,18 +1,23 @@
 //! The service: every operation a client can ask for, whichever face it came through, as
 //! plain values in and typed outcomes out. Split by concern into files: `pull` (pages,
 //! node meta-data, the feed list), `publish` (publish, update, retract), `subscriptions`,
-//! `fanout` (who gets a change, and bounces), `admin`, `websub` (callback subscriptions,
+//! `fanout` (who gets a change, and bounces), `admin`, `import` (a source's entries, one
+//! transaction per fetch) and `source_status` (what `list-feeds` shows of sources), `websub` (callback subscriptions,
 //! their progress and the outbox, for the WebSub hub). Every decision about who may do
 //! what is asked of [`Policy::may`].
 
 mod admin;
 mod fanout;
+mod import;
 mod publish;
 mod pull;
+mod source_status;
 mod subscriptions;
 mod websub;
 
 pub use fanout::{Bounce, Recipients};
+pub use import::{Imported, Incoming, IncomingChange};
+pub use source_status::{SourceBoard, SourceStatus};
 
 pub use publish::Target;
 pub use pull::{FeedSummary, NodeInfo, PullRequest};
@@ -47,12 +52,14 @@ pub struct Service<S: Store> {
     bounces: Arc<Mutex<HashMap<String, u32>>>,
     /// Request rates per sender, one for every face (see [`Service::admit`]).
     admission: Arc<Limiter>,
+    /// The state of each feed's source, for `list-feeds` (see [`source_status`]).
+    sources: Arc<SourceBoard>,
 }
 
 impl<S: Store> Service<S> {
     pub fn new(store: S, policy: Arc<Policy>, clock: Clock) -> Self {
         let admission = Arc::new(Limiter::from_limits(&policy.limits));
-        Service { store, policy, clock, bounces: Arc::default(), admission }
+        Service { store, policy, clock, bounces: Arc::default(), admission, sources: Arc::default() }
     }
 
     pub fn store(&self) -> &S {

@@ -35,8 +35,10 @@ pub mod callback;
 pub mod config;
 mod deliver;
 pub mod document;
+pub mod pings;
 mod registry;
 pub mod request;
+pub mod source_callbacks;
 mod verify;
 
 use crate::hub::config::HubConfig;
@@ -94,6 +96,10 @@ pub struct Hub<S: Store> {
     /// The feeds this instance delivers, when instances share the store; `None`: all.
     share: Option<watch::Receiver<Share>>,
     stop: watch::Receiver<bool>,
+    /// Who is told of publisher pings (sources); unset: every ping is 404.
+    pinged: std::sync::OnceLock<pings::Pinged>,
+    /// Who subscribed to sources' hubs (their callbacks are `BASE/sources/KEY`); unset: 404.
+    sources: std::sync::OnceLock<Arc<dyn source_callbacks::SourceCallbacks>>,
 }
 
 impl<S: Store> Hub<S> {
@@ -126,11 +132,23 @@ impl<S: Store> Hub<S> {
             share,
             stop,
             config,
+            pinged: std::sync::OnceLock::new(),
+            sources: std::sync::OnceLock::new(),
         }))
     }
 
     pub fn config(&self) -> &HubConfig {
         &self.config
+    }
+
+    /// Sets who is told of publisher pings (once; later calls change nothing).
+    pub fn on_ping(&self, pinged: pings::Pinged) {
+        let _ = self.pinged.set(pinged);
+    }
+
+    /// Sets who answers on `BASE/sources/KEY` (once; later calls change nothing).
+    pub fn on_source_callbacks(&self, callbacks: Arc<dyn source_callbacks::SourceCallbacks>) {
+        let _ = self.sources.set(callbacks);
     }
 
     /// The hub's routes: `BASE/hub` and the seed's `BASE/feeds/FEED/hub/`, the same hub.
@@ -141,6 +159,10 @@ impl<S: Store> Hub<S> {
             .route("/hub", post(request::post::<S>))
             .route("/feeds/{feed}/hub/", post(request::post::<S>))
             .route("/feeds/{feed}/hub", post(request::post::<S>))
+            .route(
+                "/sources/{key}",
+                axum::routing::get(source_callbacks::verify::<S>).post(source_callbacks::deliver::<S>),
+            )
             .with_state(self.clone())
     }
 

@@ -117,7 +117,10 @@ pub fn read_form(body: &[u8], base: &str, config: &HubConfig) -> Result<Asked, A
         "subscribe" => Mode::Subscribe,
         "unsubscribe" => Mode::Unsubscribe,
         other => {
-            return Err(ApiError::bad_request(format!("hub.mode {:?} is not subscribe or unsubscribe", quote(other))));
+            return Err(ApiError::bad_request(format!(
+                "hub.mode {:?} is not subscribe, unsubscribe or publish",
+                quote(other)
+            )));
         }
     };
     let topic = form.required("hub.topic")?.to_string();
@@ -159,6 +162,9 @@ pub async fn post<S: Store>(
         ));
     }
     let body = crate::bounds::read_body(body, crate::body_limit(&hub.svc)).await?;
+    if super::pings::is_ping(&body) {
+        return super::pings::answer(&body, hub.pinged.get());
+    }
     let asked = read_form(&body, &hub.base, hub.config())?;
     let r = resolve(&hub.svc, &hub.base, &asked.feed, &asked.query)?;
     // The feed exists and the requester may read the view (a whitelist feed needs the

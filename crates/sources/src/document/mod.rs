@@ -1,0 +1,72 @@
+//! A fetched document, read (SPEC §13): its entries as the delta takes them (item id,
+//! Atom payload or deletion) in publishing order, and the links the fetcher follows
+//! (`prev-archive`, `hub`). Pure: bytes in, values out, never a panic on bad input.
+//!
+//! Atom documents are read with minidom, so each entry is kept as the source wrote it
+//! ([`atom`]); anything else (RSS 0.9x/1.0/2.0, JSON Feed, and an Atom document minidom
+//! cannot read) goes through feed-rs and its entries are written as Atom ([`written`]).
+
+mod atom;
+mod order;
+mod written;
+
+use feed::service::{Incoming, IncomingChange};
+
+/// One document of a source.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Document {
+    /// Entries in publishing order: oldest first, deletions after them.
+    pub entries: Vec<Incoming>,
+    /// Entries the document had that could not be kept (no id and no link, or an Atom
+    /// entry that cannot be written back).
+    pub skipped: usize,
+    /// RFC 5005 `prev-archive`, as written (relative to the document's URL).
+    pub prev_archive: Option<String>,
+    /// The WebSub hub it advertises, as written.
+    pub hub: Option<String>,
+    /// Its `self` link, as written: the topic to subscribe to at its hub.
+    pub self_link: Option<String>,
+}
+
+impl Document {
+    /// The item ids of the document's entries (deletions included).
+    pub fn ids(&self) -> Vec<String> {
+        self.entries.iter().map(|e| e.id.clone()).collect()
+    }
+}
+
+/// Why a document cannot be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ParseError {
+    #[error("not a feed document (Atom, RSS or JSON Feed): {0}")]
+    NotAFeed(String),
+}
+
+/// One source entry before ordering: its key, its time, what it says.
+struct Parsed {
+    key: String,
+    /// Published, else updated, Unix ms.
+    when: Option<i64>,
+    change: IncomingChange,
+}
+
+/// Reads a document of any supported format.
+pub fn parse(bytes: &[u8]) -> Result<Document, ParseError> {
+    match atom::parse(bytes) {
+        Some(doc) => Ok(doc),
+        None => written::parse(bytes),
+    }
+}
+
+/// Orders parsed entries (see [`order::publishing_order`]) and derives their item ids.
+fn finish(parsed: Vec<Parsed>, deleted: Vec<String>) -> Vec<Incoming> {
+    let when: Vec<Option<i64>> = parsed.iter().map(|p| p.when).collect();
+    let mut slots: Vec<Option<Parsed>> = parsed.into_iter().map(Some).collect();
+    let mut out: Vec<Incoming> = order::publishing_order(&when)
+        .into_iter()
+        .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+        .map(|p| Incoming { id: crate::item_id(&p.key), change: p.change })
+        .collect();
+    out.extend(deleted.iter().map(|key| Incoming { id: crate::item_id(key), change: IncomingChange::Deleted }));
+    out
+}

@@ -1,0 +1,206 @@
+//! Subscriptions to the WebSub hubs of sources (SPEC §13): when a fetched document names a
+//! hub (`Link: <…>; rel="hub"` or `<link rel="hub">`) and the HTTP face has a public
+//! prefix, smartfeeds subscribes to the hub with a callback `BASE/sources/KEY` and a fresh
+//! secret, answers the hub's verification of intent, subscribes again before the lease ends,
+//! and hands each delivery whose signature checks to the source's task as a fetched
+//! document. Polling goes on at the interval: a hub that goes quiet loses nothing.
+//!
+//! A new subscription gets a new key and secret; once the hub verifies it, the feed's older
+//! ones are forgotten (their deliveries then find no key and are ignored).
+
+use hmac::{Hmac, Mac};
+use sha2::{Sha256, Sha384, Sha512};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// The lease asked for: ten days, as WebSub hubs grant by default.
+const LEASE: u64 = 864_000;
+/// How long an unanswered subscription request blocks asking again.
+const PENDING: Duration = Duration::from_secs(60);
+
+/// One subscription to a source's hub.
+struct Sub {
+    feed: String,
+    hub: String,
+    topic: String,
+    secret: String,
+    /// When asked; when verified, until when the lease runs.
+    asked: Instant,
+    until: Option<Instant>,
+    deliveries: mpsc::Sender<Vec<u8>>,
+}
+
+/// Every subscription of this process to its sources' hubs, by callback key.
+pub struct Subscriber {
+    /// `BASE`, without a trailing `/`.
+    base: String,
+    client: outbound::Client,
+    max_bytes: usize,
+    /// A std mutex: held only to read or change the map, never across an await.
+    subs: Mutex<HashMap<String, Sub>>,
+}
+
+impl Subscriber {
+    pub fn new(base: &str, client: outbound::Client, max_bytes: usize) -> Subscriber {
+        Subscriber { base: base.trim_end_matches('/').to_string(), client, max_bytes, subs: Mutex::default() }
+    }
+
+    /// Makes sure `feed` is subscribed to `topic` at `hub`: asks when it is not, when the hub
+    /// or topic changed, or when the lease ends within `renew_before`. Deliveries go to
+    /// `deliveries`.
+    pub async fn ensure(
+        &self,
+        feed: &str,
+        hub: &str,
+        topic: &str,
+        renew_before: Duration,
+        deliveries: &mpsc::Sender<Vec<u8>>,
+    ) {
+        let now = Instant::now();
+        let key = random_hex();
+        let secret = random_hex();
+        {
+            let Ok(mut subs) = self.subs.lock() else { return };
+            let current = subs.values().any(|s| {
+                s.feed == feed
+                    && s.hub == hub
+                    && s.topic == topic
+                    && match s.until {
+                        Some(until) => until > now + renew_before,
+                        None => now.duration_since(s.asked) < PENDING,
+                    }
+            });
+            if current {
+                return;
+            }
+            subs.insert(
+                key.clone(),
+                Sub {
+                    feed: feed.to_string(),
+                    hub: hub.to_string(),
+                    topic: topic.to_string(),
+                    secret: secret.clone(),
+                    asked: now,
+                    until: None,
+                    deliveries: deliveries.clone(),
+                },
+            );
+        }
+        let callback = format!("{}/sources/{key}", self.base);
+        let lease = LEASE.to_string();
+        let form = [
+            ("hub.mode", "subscribe"),
+            ("hub.topic", topic),
+            ("hub.callback", callback.as_str()),
+            ("hub.secret", secret.as_str()),
+            ("hub.lease_seconds", lease.as_str()),
+        ];
+        let answer = match self.client.post(hub) {
+            Ok(req) => req.form(&form).send().await.map(|r| r.status()).map_err(|e| e.to_string()),
+            Err(refused) => Err(format!("the hub URL {refused}")),
+        };
+        match answer {
+            Ok(status) if status.is_success() => {
+                tracing::info!(feed, hub, topic, "asked the source's hub for a subscription");
+            }
+            other => {
+                let why = match other {
+                    Ok(status) => format!("answered {status}"),
+                    Err(e) => e,
+                };
+                tracing::warn!(feed, hub, error = %why, "the source's hub refused a subscription; polling only");
+                if let Ok(mut subs) = self.subs.lock() {
+                    // Kept as pending: not asked again before PENDING passes.
+                    if let Some(s) = subs.get_mut(&key) {
+                        s.asked = now;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The hub verifies intent for `key`: true (and the subscription in force for `lease`
+    /// seconds) when it is one we asked for, with its topic.
+    pub fn verify(&self, key: &str, mode: &str, topic: &str, lease: Option<u64>) -> bool {
+        let Ok(mut subs) = self.subs.lock() else { return false };
+        let Some(sub) = subs.get_mut(key) else { return false };
+        if mode != "subscribe" || sub.topic != topic {
+            return false;
+        }
+        let lease = Duration::from_secs(lease.unwrap_or(LEASE).min(LEASE * 10));
+        sub.until = Some(Instant::now() + lease);
+        let feed = sub.feed.clone();
+        tracing::info!(feed = %feed, topic, lease = lease.as_secs(), "subscribed to the source's hub");
+        // Older subscriptions of the feed are replaced by this one.
+        subs.retain(|k, s| k == key || s.feed != feed);
+        true
+    }
+
+    /// A delivery to `key`: handed to the source's task when its signature checks with the
+    /// subscription's secret; ignored otherwise.
+    pub fn deliver(&self, key: &str, signature: Option<&str>, body: &[u8]) {
+        let Ok(subs) = self.subs.lock() else { return };
+        let Some(sub) = subs.get(key) else { return };
+        if !signature.is_some_and(|s| signed(&sub.secret, s, body)) {
+            tracing::warn!(feed = %sub.feed, "a delivery from the source's hub without a good signature; ignored");
+            return;
+        }
+        // Full: the task is busy with earlier documents; the next poll catches up.
+        let _ = sub.deliveries.try_send(body.to_vec());
+    }
+
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+}
+
+/// 128 random bits in hex.
+fn random_hex() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// Whether `header` (`X-Hub-Signature: METHOD=HEX`) is the HMAC of `body` under `secret`,
+/// with SHA-256, -384 or -512 (compared in constant time by the MAC).
+pub fn signed(secret: &str, header: &str, body: &[u8]) -> bool {
+    let Some((method, hex)) = header.trim().split_once('=') else { return false };
+    let Some(expected) = from_hex(hex) else { return false };
+    fn check<M: Mac + hmac::digest::KeyInit>(secret: &str, body: &[u8], expected: &[u8]) -> bool {
+        let Ok(mut mac) = <M as hmac::digest::KeyInit>::new_from_slice(secret.as_bytes()) else { return false };
+        mac.update(body);
+        mac.verify_slice(expected).is_ok()
+    }
+    match method.to_ascii_lowercase().as_str() {
+        "sha256" => check::<Hmac<Sha256>>(secret, body, &expected),
+        "sha384" => check::<Hmac<Sha384>>(secret, body, &expected),
+        "sha512" => check::<Hmac<Sha512>>(secret, body, &expected),
+        _ => false,
+    }
+}
+
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_are_checked_with_the_secret() {
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"s3cret").unwrap();
+        mac.update(b"body");
+        let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        assert!(signed("s3cret", &format!("sha256={hex}"), b"body"));
+        assert!(!signed("other", &format!("sha256={hex}"), b"body"));
+        assert!(!signed("s3cret", &format!("sha256={hex}"), b"body2"));
+        assert!(!signed("s3cret", &format!("sha1={hex}"), b"body"));
+        assert!(!signed("s3cret", "sha256=zz", b"body"));
+        assert!(!signed("s3cret", "garbage", b"body"));
+        assert!(!signed("s3cret", "sha256=é", b"body"));
+    }
+}

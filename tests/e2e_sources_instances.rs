@@ -1,0 +1,57 @@
+//! End to end, a source fetched by several instances on one PostgreSQL database (SPEC §12,
+//! §13): a private PostgreSQL server, the XMPP server `SMARTFEEDS_TEST_SERVER` selects, two
+//! instances of the real binary with one configuration, and a web server of feed documents
+//! on loopback. The source is fetched once per interval, by the instance holding its feed's
+//! push shard, not by both; when that instance is killed the survivor fetches it.
+
+use std::time::{Duration, Instant};
+use testkit::instances::{fresh_database, instance_on, pushing_pid};
+use testkit::process::free_port;
+use testkit::source_server::{Doc, SourceServer};
+use testkit::start_selected;
+
+/// The interval of the test's source, seconds (the least allowed).
+const INTERVAL: u64 = 30;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_instance_fetches_a_source_per_interval_and_the_survivor_takes_over() {
+    let web = SourceServer::start();
+    let doc = "<feed xmlns='http://www.w3.org/2005/Atom'><title>w</title>\
+               <entry><id>urn:w:1</id><title>one</title><updated>2024-01-01T00:00:00Z</updated></entry></feed>";
+    web.set("/web.xml", Doc::atom(doc));
+    let host = start_selected();
+    let url = fresh_database().await;
+    let tables = format!(
+        "[sources]\nallow_private = true\n[[feeds]]\nname = \"web\"\nsource = \"{}\"\nsource_interval = {INTERVAL}\n",
+        web.url("/web.xml")
+    );
+    let servers = [host.component_addr()];
+    let mut a = instance_on(&host, &url, &servers, free_port(), &tables).await;
+    let mut b = instance_on(&host, &url, &servers, free_port(), &tables).await;
+
+    // The first fetch, then exactly one more an interval later: not one per instance.
+    let first = web.wait_hits("/web.xml", 1)[0].at;
+    // (The source server runs on its own thread: waiting here holds up nothing it needs.)
+    let second_at = web.wait_hits_within("/web.xml", 2, Duration::from_secs(INTERVAL + 15))[1].at;
+    let gap = second_at.duration_since(first);
+    assert!(gap >= Duration::from_secs(INTERVAL - 1), "the second fetch came after {gap:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(web.hits("/web.xml").len(), 2, "one fetch per interval, not one per instance");
+
+    // Kill the instance that fetches (the one holding the feed's push shard): the survivor
+    // fetches within seconds, without waiting for an interval.
+    let owner = pushing_pid(&url, "web", store_postgres::push_shards::SHARDS).await.expect("an owner of web's shard");
+    let killed_at = Instant::now();
+    let survivor_pid = if a.pid() == Some(owner) {
+        a.kill();
+        b.pid()
+    } else {
+        assert_eq!(b.pid(), Some(owner), "the owner is one of the two");
+        b.kill();
+        a.pid()
+    };
+    let third = web.wait_hits_within("/web.xml", 3, Duration::from_secs(25))[2].at;
+    assert!(third > killed_at, "the third fetch came after the kill");
+    let new_owner = pushing_pid(&url, "web", store_postgres::push_shards::SHARDS).await;
+    assert_eq!(new_owner, survivor_pid, "the survivor holds the shard and fetches");
+}
