@@ -2,16 +2,19 @@
 //! formatter (`http::formats::Doc`), with `fo:prev_cursor` added, and its signature.
 
 use crate::formats::{Doc, esc};
+use crate::rendered::Rendered;
 use feed::outbox::OutboxEntry;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use std::sync::Arc;
 
 /// The Atom document of consecutive outbox rows of one view, oldest first: `fo:total` and
 /// `fo:last_cursor` as after the last of them, `fo:prev_cursor` as before the first (absent
 /// when the view was empty), so a subscriber that sees a `fo:prev_cursor` other than the
 /// last cursor it holds knows it missed something and pulls from there.
 pub fn atom(entries: &[OutboxEntry], topic: &str, hub: &str, title: &str) -> String {
-    let items: Vec<_> = entries.iter().map(OutboxEntry::item).collect();
+    // Made once per delivered batch and shared by the view's subscriptions (see `deliver`).
+    let items: Vec<_> = entries.iter().map(|e| Arc::new(Rendered::of(&e.item()))).collect();
     let cursors: Vec<_> = entries.iter().map(|e| e.last).collect();
     let total = entries.last().map_or(0, |e| e.count);
     let doc = Doc { url: topic, next: None, hub, title, total, items: &items, cursors: &cursors };
