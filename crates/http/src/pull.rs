@@ -85,11 +85,13 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
                 before: q.until.clone(),
                 ..PullRequest::default()
             };
-            let mut page = st.svc.pull(actor.as_str(), req.clone()).await.map_err(err)?;
-            let mut generation = generation;
-            if page.items.is_empty() && holds {
-                (generation, page) = long_poll(&st, &actor, &r.view, req, Duration::from_secs(timeout)).await?;
-            }
+            // A request that may be held reads as a long-poll from the start: requests asked
+            // again after the same change (re-armed long-polls) share that first read too.
+            let (generation, page) = if holds {
+                long_poll(&st, &actor, &r.view, req, Duration::from_secs(timeout)).await?
+            } else {
+                (generation, st.svc.pull(actor.as_str(), req).await.map_err(err)?)
+            };
             match st.answers.get(&key, generation) {
                 // Another request woken by the same change made it already.
                 Some(a) => a,
@@ -150,9 +152,9 @@ fn render<S: Store>(
     }
 }
 
-/// Holds an empty answer until an item enters the view or `timeout` passes, re-reading the
-/// view after each wake-up (SPEC §9, long-poll). Answers the last page read and the feed's
-/// generation read just before it.
+/// Reads the page, and holds it while empty until an item enters the view or `timeout`
+/// passes, re-reading the view after each wake-up (SPEC §9, long-poll). Answers the last
+/// page read and the feed's generation read just before it.
 async fn long_poll<S: Store>(
     st: &Arc<HttpState<S>>,
     actor: &Actor,
@@ -161,9 +163,9 @@ async fn long_poll<S: Store>(
     timeout: Duration,
 ) -> Result<(i64, Page), ApiError> {
     let deadline = Instant::now() + timeout;
-    let _held_metric = st.metrics.held("longpoll");
-    // Registered before the re-read, so a change committed after the first read is seen.
+    // Registered before the first read, so a change committed after it is seen.
     let mut held = st.wakeups.hold(view.clone());
+    let mut held_metric = None;
     let mut woken_by = None;
     loop {
         // Every request woken by the same wake-up shares one read (the first one's, too:
@@ -181,6 +183,7 @@ async fn long_poll<S: Store>(
         if !page.items.is_empty() {
             return Ok((g, page));
         }
+        held_metric.get_or_insert_with(|| st.metrics.held("longpoll"));
         let left = deadline.saturating_duration_since(Instant::now());
         tokio::select! {
             generation = held.changed() => woken_by = Some(generation),

@@ -222,9 +222,10 @@ pub async fn run(ctx: &HttpCtx, args: &FanoutArgs) -> Result<Report, String> {
         last: (0..p).map(|_| AtomicU64::new(0)).collect(),
         latencies: std::sync::Mutex::new(Vec::with_capacity(n * p)),
     });
-    // Where a smartfeeds long-poll starts: after a marker published now.
+    // Where a smartfeeds long-poll starts: after a marker published now (which also makes
+    // the feed, for streams on a new one).
     let marker = format!("{prefix}-marker");
-    if args.target == Target::Smartfeeds && args.kind == Kind::Longpoll {
+    if args.target == Target::Smartfeeds {
         put(ctx, &marker, "marker", 0).await.map_err(|e| format!("publishing the marker: {e}"))?;
     }
     let url = match (args.target, args.kind) {
