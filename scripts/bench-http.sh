@@ -177,8 +177,9 @@ if [[ " $only " == *" fanout "* ]]; then
 		for n in $fanout_sizes; do
 			log "fan-out: $n $kind subscribers, $publishes publishes, smartfeeds and Nchan alternately, $rounds rounds"
 			for round in $(seq "$rounds"); do
-				# A fresh process each time, so its memory before the subscribers is its own.
-				bench_start_smartfeeds "$tmp/fanout.db"
+				# A fresh process each time, so its memory before the subscribers is its own;
+				# room for every subscriber and the publisher's connection.
+				bench_start_smartfeeds "$tmp/fanout.db" "max_connections = 19000"
 				load_http http-fanout fan --view order=modified --kind "$kind" --subscribers "$n" \
 					--publishes "$publishes" --in-flight 1000 >>"$results"
 				bench_stop_smartfeeds

@@ -100,7 +100,8 @@ fn clients(ctx: &HttpCtx, sources: u8) -> Result<Vec<reqwest::Client>, String> {
         .map(|i| {
             reqwest::Client::builder()
                 .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, i)))
-                .timeout(Duration::from_secs_f64(ctx.common.run.timeout.max(120.0)))
+                // A stream is one request for the whole run.
+                .timeout(Duration::from_secs_f64(ctx.common.run.duration.max(ctx.common.run.timeout)))
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .map_err(|e| format!("cannot build the HTTP client: {e}"))
