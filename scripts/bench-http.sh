@@ -26,7 +26,7 @@
 # Environment: BENCH_POLLS [10000], BENCH_HOLD [60] (seconds each poll asks to be held),
 # BENCH_ARCHIVE_ITEMS [1000000], BENCH_ARCHIVE_ROUNDS [500], BENCH_ONLY (any of longpoll
 # archive pulls fanout) [all], BENCH_ROUNDS [3], BENCH_WRK_SECONDS [8], BENCH_FANOUT_SIZES
-# [2000 10000], BENCH_PUBLISHES [10], BENCH_SKIP_BUILD=1 (use the binaries in target/profiling as they are), BENCH_OUT
+# [2000 10000], BENCH_FANOUT_KINDS [sse longpoll], BENCH_PUBLISHES [10], BENCH_SKIP_BUILD=1 (use the binaries in target/profiling as they are), BENCH_OUT
 # (append the JSON lines to this file).
 set -euo pipefail
 
@@ -40,6 +40,7 @@ only=${BENCH_ONLY:-longpoll archive pulls fanout}
 rounds=${BENCH_ROUNDS:-3}
 wrk_seconds=${BENCH_WRK_SECONDS:-8}
 fanout_sizes=${BENCH_FANOUT_SIZES:-2000 10000}
+fanout_kinds=${BENCH_FANOUT_KINDS:-sse longpoll}
 publishes=${BENCH_PUBLISHES:-10}
 name=bench-http
 # shellcheck source=scripts/bench-lib.sh
@@ -173,7 +174,7 @@ if [[ " $only " == *" pulls "* ]]; then
 fi
 if [[ " $only " == *" fanout "* ]]; then
 	start_nginx
-	for kind in sse longpoll; do
+	for kind in $fanout_kinds; do
 		for n in $fanout_sizes; do
 			log "fan-out: $n $kind subscribers, $publishes publishes, smartfeeds and Nchan alternately, $rounds rounds"
 			for round in $(seq "$rounds"); do

@@ -34,6 +34,8 @@ pub struct Events {
     bytes: Bytes,
     /// The cursor of the last event; `None` when there were no items.
     last: Option<Cursor>,
+    /// Whether the read found fewer items than it could take: nothing was left after them.
+    all: bool,
 }
 
 /// Reads of streams shared by the streams at the same place: by actor, view and position,
@@ -49,6 +51,9 @@ struct Streaming<S: Store> {
     feed: String,
     /// The position after which to read next (`cursor:…`), or the start of the view.
     pos: Option<String>,
+    /// The wake-up generation of the view as of which the stream has every item: no need to
+    /// read again before the next wake-up.
+    caught_up: Option<u64>,
     held: Held,
     _metric: HeldGuard,
 }
@@ -91,7 +96,8 @@ pub async fn stream<S: Store>(
     let probe = PullRequest { node: node.clone(), max: Some(0), after: pos.clone(), ..Default::default() };
     st.svc.pull(actor.as_str(), probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
     let _metric = st.metrics.held("stream");
-    let state = Streaming { st: st.clone(), actor, node, feed: r.view.feed.clone(), pos, held, _metric };
+    let state =
+        Streaming { st: st.clone(), actor, node, feed: r.view.feed.clone(), pos, caught_up: None, held, _metric };
     let events = futures::stream::unfold(state, step).map(Ok::<_, Infallible>);
     let mut res = Response::new(Body::from_stream(events));
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -102,39 +108,58 @@ pub async fn stream<S: Store>(
 /// The next bytes of a stream: the events after its position once the view has some, or a
 /// keep-alive comment. Streams at the same place share one read and its bytes; a stream
 /// behind (a slow reader, a resumed one) reads on its own, from its own position, and
-/// delays nobody.
+/// delays nobody. A stream that has every item as of the view's last wake-up does not read
+/// again until the next.
 async fn step<S: Store>(mut s: Streaming<S>) -> Option<(Bytes, Streaming<S>)> {
     let mut generation = s.held.generation();
     loop {
-        let read = {
-            let (st, actor, node, feed, pos) =
-                (s.st.clone(), s.actor.as_str().to_string(), s.node.clone(), s.feed.clone(), s.pos.clone());
-            || async move {
-                let req = PullRequest { node, max: Some(BATCH), after: pos, ..Default::default() };
-                let page = st.svc.pull(&actor, req).await?;
-                let mut text = String::new();
-                for (item, c) in page.items.iter().zip(&page.cursors) {
-                    st.renders.of(&feed, item).event(&c.to_string(), &mut text);
-                }
-                Ok(Arc::new(Events { bytes: Bytes::from(text), last: page.cursors.last().copied() }))
-            }
-        };
-        let group = (s.actor.as_str().to_string(), s.node.clone(), s.pos.clone());
-        let events = match s.st.events.get(group, generation, read).await {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::debug!(error = %e, node = %s.node, "event stream ends");
-                return None;
-            }
-        };
-        if let Some(last) = events.last {
-            s.pos = Some(format!("cursor:{last}"));
-            return Some((events.bytes.clone(), s));
+        if s.caught_up != Some(generation)
+            && let Some(events) = read(&mut s, generation).await?
+        {
+            return Some((events, s));
         }
         tokio::select! {
             g = s.held.changed() => generation = g,
             _ = tokio::time::sleep(KEEPALIVE) => return Some((Bytes::from_static(b":\n\n"), s)),
             _ = s.st.closed() => return None,
         }
+    }
+}
+
+/// Reads the events after the stream's position, shared with every stream at the same place
+/// woken by the same wake-up: `None` (the stream ends) if the read fails, `Some(None)` when
+/// there are none.
+async fn read<S: Store>(s: &mut Streaming<S>, generation: u64) -> Option<Option<Bytes>> {
+    let read = {
+        let (st, actor, node, feed, pos) =
+            (s.st.clone(), s.actor.as_str().to_string(), s.node.clone(), s.feed.clone(), s.pos.clone());
+        || async move {
+            let req = PullRequest { node, max: Some(BATCH), after: pos, ..Default::default() };
+            let page = st.svc.pull(&actor, req).await?;
+            let mut text = String::new();
+            for (item, c) in page.items.iter().zip(&page.cursors) {
+                st.renders.of(&feed, item).event(&c.to_string(), &mut text);
+            }
+            let all = (page.items.len() as u64) < BATCH;
+            Ok(Arc::new(Events { bytes: Bytes::from(text), last: page.cursors.last().copied(), all }))
+        }
+    };
+    let group = (s.actor.as_str().to_string(), s.node.clone(), s.pos.clone());
+    let events = match s.st.events.get(group, generation, read).await {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::debug!(error = %e, node = %s.node, "event stream ends");
+            return None;
+        }
+    };
+    if events.all {
+        s.caught_up = Some(generation);
+    }
+    match events.last {
+        Some(last) => {
+            s.pos = Some(format!("cursor:{last}"));
+            Some(Some(events.bytes.clone()))
+        }
+        None => Some(None),
     }
 }
