@@ -44,8 +44,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // the HTTP face runs. Each hands changes over without waiting.
     let wakeups = http::longpoll::Wakeups::new();
     let hub = http::hub::Registry::new();
+    // Every commit of a SQLite store is this process's: feeds' generations are kept in
+    // memory. On PostgreSQL other instances commit too: they are read from the store.
+    let generations = match config.store.backend() {
+        StoreBackend::Sqlite(_) => http::generations::Generations::local(),
+        StoreBackend::Postgres(_) => http::generations::Generations::from_store(),
+    };
     let mut sinks = Vec::new();
     let wake_rx = config.http.as_ref().map(|_| {
+        // Generations first: a change is validated before anyone is woken by it.
+        sinks.push(generations.sink());
         let (sink, rx) = wakeups.sink();
         sinks.push(sink);
         rx
@@ -67,7 +75,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     let share = relay.as_ref().map(Relay::share);
     let sink = fan_out(sinks);
-    let changes = Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked: linked_tx, share };
+    let changes =
+        Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked: linked_tx, share, generations };
     match config.store.backend() {
         StoreBackend::Sqlite(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -126,13 +135,15 @@ struct Changes {
     linked: watch::Sender<bool>,
     /// The feeds this instance pushes, when instances share the store.
     share: Option<watch::Receiver<feed::ports::Share>>,
+    /// The feeds' change generations, which validate HTTP answers.
+    generations: Arc<http::generations::Generations>,
 }
 
 /// Serves the component over an open store until SIGTERM or ctrl-c: named steps, each
 /// starting one part, then the staged shutdown.
 async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, changes: Changes) -> anyhow::Result<()> {
     let me = Jid::new(&config.component.jid).context("component.jid")?;
-    let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked, share } = changes;
+    let Changes { rx: change_rx, weak: weak_changes, wakeups, wake_rx, hub, linked, share, generations } = changes;
     if let Some(share) = share.clone() {
         tokio::spawn(report_shards(share, metrics.clone()));
     }
@@ -155,7 +166,7 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
     }
     let sources = start_sources(&config, &svc, &metrics, share.clone())?;
     if let (Some(_), Some(wake_rx)) = (&config.http, wake_rx) {
-        let faces = HttpParts { wakeups, wake_rx, hub, share, sources };
+        let faces = HttpParts { wakeups, wake_rx, hub, share, sources, generations };
         start_http(&config, &svc, &metrics, faces, &requests).await?;
     }
     let (from_service, from_service_rx) = mpsc::unbounded_channel();
@@ -252,6 +263,7 @@ struct HttpParts {
     hub: Arc<http::hub::Registry>,
     share: Option<watch::Receiver<feed::ports::Share>>,
     sources: sources::Sources,
+    generations: Arc<http::generations::Generations>,
 }
 
 /// Starts the HTTP face and the WebSub hub beside it, both ending with the `requests` stage.
@@ -263,7 +275,7 @@ async fn start_http<S: Store>(
     requests: &Stage,
 ) -> anyhow::Result<()> {
     let Some(http) = &config.http else { return Ok(()) };
-    let HttpParts { wakeups, wake_rx, hub, share, sources } = parts;
+    let HttpParts { wakeups, wake_rx, hub, share, sources, generations } = parts;
     let files = http::raise_open_files();
     let listener =
         tokio::net::TcpListener::bind(http.listen).await.with_context(|| format!("http.listen {}", http.listen))?;
@@ -304,7 +316,11 @@ async fn start_http<S: Store>(
             http.tokens.iter().map(|t| (t.token.clone(), crate::config::canonical_jid(&t.jid))),
         ),
         wakeups,
-        flights: Arc::default(),
+        flights: Default::default(),
+        events: Default::default(),
+        generations,
+        answers: Default::default(),
+        renders: Default::default(),
         metrics: metrics.clone(),
         closing: requests.signal(),
     });

@@ -78,6 +78,10 @@ pub struct HttpConfig {
     /// sit idle.
     #[serde(default = "default_header_timeout")]
     pub header_timeout: u64,
+    /// Proxies (addresses or CIDR networks) whose `Forwarded` / `X-Forwarded-For` name the
+    /// client's address (its rate bucket); from any other peer those headers are ignored.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
     /// Who an HTTP request is: `Authorization: Bearer TOKEN` acts as `jid`.
     #[serde(default)]
     pub tokens: Vec<HttpToken>,
@@ -128,6 +132,11 @@ impl HttpConfig {
         }
     }
 
+    /// `trusted_proxies`, parsed.
+    pub fn trusted_proxies(&self) -> Result<http::client_addr::TrustedProxies, String> {
+        http::client_addr::TrustedProxies::parse(self.trusted_proxies.iter().map(String::as_str))
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |msg: String| Err(ConfigError::Invalid(msg));
         if let Some(b) = &self.base_url
@@ -143,6 +152,9 @@ impl HttpConfig {
         }
         if self.header_timeout == 0 || self.header_timeout > 300 {
             return bad("http.header_timeout must be 1 to 300 seconds".into());
+        }
+        if let Err(why) = self.trusted_proxies() {
+            return bad(format!("http.trusted_proxies: {why}"));
         }
         if self.archive_page == 0 || self.archive_page > 10_000 {
             return bad("http.archive_page must be 1 to 10000".into());
@@ -525,6 +537,8 @@ impl Config {
             archive_page: c.archive_page,
             archive_max_age: c.archive_max_age,
             component_jid: self.component.jid.clone(),
+            // Checked by `validate`.
+            trusted_proxies: c.trusted_proxies().unwrap_or_default(),
         }
     }
 
@@ -671,6 +685,10 @@ allowed = ["bob@x", "*@example.net"]
             (GOOD.replace("[[feeds]]", "[http]\nlisten = \"nowhere\"\n[[feeds]]"), "listen"),
             (GOOD.replace("[[feeds]]", "[http]\nmax_connections = 0\n[[feeds]]"), "http.max_connections"),
             (GOOD.replace("[[feeds]]", "[http]\nheader_timeout = 0\n[[feeds]]"), "http.header_timeout"),
+            (
+                GOOD.replace("[[feeds]]", "[http]\ntrusted_proxies = [\"10.0.0.0/40\"]\n[[feeds]]"),
+                "http.trusted_proxies",
+            ),
             (
                 GOOD.replace("[[feeds]]", "[[http.tokens]]\njid = \"a@b\"\ntoken = \"short\"\n[[feeds]]"),
                 "shorter than 16",

@@ -1,7 +1,9 @@
 //! End to end, the HTTP face's request rate and its metrics: a client over its rate gets
 //! 429 with `Retry-After` and a JSON error while others go on; admins are not limited; the
 //! Prometheus endpoint counts HTTP requests by route and status and shows held long-polls.
-//! Its own smartfeeds, with a low rate (the other HTTP tests share one with the default).
+//! Behind trusted proxies, each client's own address has its rate; from any other peer the
+//! forwarding headers count for nothing. Its own smartfeeds, with a low rate (the other
+//! HTTP tests share one with the default).
 
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -11,6 +13,7 @@ use testkit::http::{ADMIN, BOT, EVE, HttpFixture, http_table, put_entry};
 use testkit::process::free_port;
 use testkit::pubsub::entry;
 use testkit::smartfeeds::{bot_feeds, scrape_metrics};
+use testkit::standalone::Standalone;
 
 /// The shared fixture and smartfeeds' metrics port.
 struct Ports {
@@ -146,4 +149,40 @@ async fn metrics_show_held_long_polls_and_count_routes() {
     );
     assert!(metric(&text, "smartfeeds_http_requests_total{route=\"unmatched\",status=\"404\"}") >= 1.0, "{text}");
     assert!(text.contains("smartfeeds_http_request_seconds_bucket{le="), "{text}");
+}
+
+/// How many of `n` anonymous GETs sent at once are refused (429), each with the
+/// forwarding header `header` set to what `value` makes of its number.
+async fn refused_of(sf: &Standalone, n: usize, header: &str, value: impl Fn(usize) -> String) -> usize {
+    let client = reqwest::Client::new();
+    let url = format!("{}/feeds/rated/", sf.base);
+    let sent = (0..n).map(|i| client.get(&url).header(header, value(i)).send());
+    let mut refused = 0;
+    for res in futures::future::join_all(sent).await {
+        match res.expect("an answer").status() {
+            StatusCode::OK => {}
+            StatusCode::TOO_MANY_REQUESTS => refused += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    refused
+}
+
+#[tokio::test]
+async fn forwarding_headers_name_the_client_only_from_a_trusted_proxy() {
+    let limits = "[limits]\nrequests_per_second = 0.5\nrequest_burst = 2\nrequest_backlog = 0\n";
+    // Trusted: each forwarded address has its own rate; one address keeps its limit.
+    let sf = Standalone::start("trusted_proxies = [\"10.0.0.0/8\", \"127.0.0.1\"]\n", &["rated"], limits);
+    let clients = |i: usize| format!("198.51.100.{}, 10.1.1.1", i + 1);
+    assert_eq!(refused_of(&sf, 8, "x-forwarded-for", clients).await, 0, "eight clients behind the proxy");
+    let forwarded = |i: usize| format!("for=\"[2001:db8::{:x}]:4711\";proto=https", i + 1);
+    assert_eq!(refused_of(&sf, 8, "forwarded", forwarded).await, 0, "RFC 7239's header too");
+    let one = |_| "203.0.113.5".to_string();
+    assert!(refused_of(&sf, 8, "x-forwarded-for", one).await >= 5, "one client over its rate");
+    // Not trusted (another peer than the proxies named, or none named): the headers are
+    // ignored, and every request counts against the peer's own address.
+    for trusted in ["trusted_proxies = [\"10.0.0.0/8\"]\n", ""] {
+        let sf = Standalone::start(trusted, &["rated"], limits);
+        assert!(refused_of(&sf, 8, "x-forwarded-for", clients).await >= 5, "[http] {trusted}");
+    }
 }

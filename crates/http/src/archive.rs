@@ -3,6 +3,7 @@
 //! holds items `(K-1)·P+1 … K·P`, newest first. Every document is one keyset read at a known
 //! creation index, so the oldest document of a huge feed costs what the newest does.
 
+use super::answer_cache::Made;
 use super::answers::{ArchiveParams, FeedPath, JsonFeed, NotModified, Refusals};
 use super::asked::Asked;
 use super::auth::Actor;
@@ -10,7 +11,7 @@ use super::errors::{ApiError, quote};
 use super::formats::{Doc, Format};
 use super::json_feed;
 use super::query::FeedQuery;
-use super::resolve::{common_headers, feed_base, with_etag};
+use super::resolve::{common_headers, feed_base};
 use super::{HttpState, St};
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
@@ -75,6 +76,42 @@ async fn document<S: Store>(
     let err = |e| ApiError::from_feed(e, actor);
     let (_, name) = FeedQuery::default().node(feed)?;
     let node = format!("{}?order=created", name.feed);
+    let key = format!("archive\n{feed}\n{k:?}\n{format:?}");
+    let generation = st.generations.get(&st.svc, actor.as_str(), &node, &name.feed).await.map_err(err)?;
+    let base = format!("{}archive/", feed_base(&st.settings.base, feed));
+    let this = match k {
+        Some(k) => format!("{base}{k}"),
+        None => base.clone(),
+    };
+    let answer = match st.answers.get(&key, generation) {
+        Some(a) => a,
+        None => {
+            let (body, archived) = make(st, actor, feed, node, k, (&base, &this)).await?;
+            let made = Made { content_type: format.content_type(), body: body(format), empty: false, archived };
+            st.answers.put(key, generation, made)
+        }
+    };
+    let mut res = answer.respond(headers);
+    let cache = if answer.archived {
+        format!("public, max-age={}", st.settings.archive_max_age)
+    } else {
+        format!("max-age={}", st.settings.cache_max_age)
+    };
+    common_headers(st, feed, &this, &cache, &mut res);
+    Ok(res)
+}
+
+/// Reads and renders document `k` (the recent one for `None`) of `feed`: a function from
+/// the format to the body, and whether the document is archived (full).
+async fn make<S: Store>(
+    st: &Arc<HttpState<S>>,
+    actor: &Actor,
+    feed: &str,
+    node: String,
+    k: Option<u64>,
+    (base, this): (&str, &str),
+) -> Result<(impl FnOnce(Format) -> String, bool), ApiError> {
+    let err = |e| ApiError::from_feed(e, actor);
     let count_req = PullRequest { node: node.clone(), max: Some(0), ..Default::default() };
     let n = st.svc.pull(actor.as_str(), count_req).await.map_err(err)?.count;
     let per = st.settings.archive_page;
@@ -87,43 +124,31 @@ async fn document<S: Store>(
     let mut page = st.svc.pull(actor.as_str(), req).await.map_err(err)?;
     page.items.reverse();
     page.cursors.reverse();
-    let base = format!("{}archive/", feed_base(&st.settings.base, feed));
-    let numbered = |i: u64| format!("{base}{i}");
-    let this = if k.is_some() { numbered(k_doc) } else { base.clone() };
-    let via = numbered(k_doc);
-    let prev = numbered(k_doc.saturating_sub(1));
-    let next = numbered(k_doc + 1);
-    let hub = st.settings.hub();
-    let mut links: Vec<(&str, &str)> = vec![("self", &this), ("current", &base)];
-    if k.is_none() {
-        links.push(("via", &via));
-    }
-    if k_doc > 1 {
-        links.push(("prev-archive", &prev));
-    }
-    if k_doc < newest {
-        links.push(("next-archive", &next));
-    }
-    links.push(("hub", &hub));
+    let items = st.renders.all(feed, &page.items);
     let archived = k_doc < newest;
+    let numbered = |i: u64| format!("{base}{i}");
+    let (via, prev, next) = (numbered(k_doc), numbered(k_doc.saturating_sub(1)), numbered(k_doc + 1));
+    let (hub, home) = (st.settings.hub(), format!("{}/", st.settings.base));
     let title = st.svc.policy().feed(feed).title.clone().unwrap_or_else(|| feed.to_string());
-    let doc =
-        Doc { url: &this, next: None, hub: &hub, title: &title, total: n, items: &page.items, cursors: &page.cursors };
-    let body = match format {
-        Format::JsonFeed => {
-            let home = format!("{}/", st.settings.base);
-            let mut doc = json_feed::document(&doc, &home, &links);
-            doc.smartfeeds.archive = archived.then_some(true);
-            super::formats::to_json(&doc)
+    let (this, base) = (this.to_string(), base.to_string());
+    let body = move |format: Format| {
+        let mut links: Vec<(&str, &str)> = vec![("self", &this), ("current", &base)];
+        if k.is_none() {
+            links.push(("via", &via));
         }
-        _ => doc.atom(&links, if archived { "<fh:archive/>" } else { "" }),
+        if k_doc > 1 {
+            links.push(("prev-archive", &prev));
+        }
+        if k_doc < newest {
+            links.push(("next-archive", &next));
+        }
+        links.push(("hub", &hub));
+        let doc =
+            Doc { url: &this, next: None, hub: &hub, title: &title, total: n, items: &items, cursors: &page.cursors };
+        match format {
+            Format::JsonFeed => json_feed::document(&doc, &home, &links, archived),
+            _ => doc.atom(&links, if archived { "<fh:archive/>" } else { "" }),
+        }
     };
-    let cache = if archived {
-        format!("public, max-age={}", st.settings.archive_max_age)
-    } else {
-        format!("max-age={}", st.settings.cache_max_age)
-    };
-    let mut res = with_etag(headers, format.content_type(), body);
-    common_headers(st, feed, &this, &cache, &mut res);
-    Ok(res)
+    Ok((body, archived))
 }

@@ -1,13 +1,16 @@
 //! What a pull answer looks like (SPEC §9): the JSON ActivityStreams Collection, the Atom
 //! feed document with the `fo:` elements, and JSON-P around either. Stored entries are
 //! spliced in verbatim; only `title`, `content` and the author's name are read out of them
-//! for JSON.
+//! for JSON, once per item version ([`crate::rendered`]): a document is its envelope and
+//! the items' ready forms.
 
 use crate::answers::{AuthorJson, ItemJson, PageJson};
+use crate::rendered::Rendered;
 use feed::position::rfc3339;
 use feed::{Cursor, Item, Payload};
 use minidom::Element;
 use serde_json::Value;
+use std::sync::Arc;
 
 pub const ATOM: &str = "http://www.w3.org/2005/Atom";
 pub const FO: &str = "http://fanout.org/protocol/atom";
@@ -69,8 +72,8 @@ pub fn tombstone_xml(atom_ref: &str, when: i64) -> String {
     format!(r#"<deleted-entry xmlns="{TOMBSTONES}" ref="{}" when="{}"/>"#, esc(atom_ref), rfc3339(when))
 }
 
-/// One item as JSON.
-pub fn item_json(item: &Item, cursor: &Cursor) -> ItemJson {
+/// One item as JSON, with `cursor` (a bare `T_O_C`) as its cursor.
+pub fn item_json(item: &Item, cursor: &str) -> ItemJson {
     let mut j = ItemJson {
         id: item.id.clone(),
         cursor: cursor.to_string(),
@@ -112,29 +115,54 @@ pub struct Doc<'a> {
     pub hub: &'a str,
     pub title: &'a str,
     pub total: u64,
-    pub items: &'a [Item],
+    /// The items' ready forms, in the page's order.
+    pub items: &'a [Arc<Rendered>],
     pub cursors: &'a [Cursor],
 }
 
+/// `typed`'s JSON text with the ready `items` (each written by `write`) as the members of
+/// its last field, an array serialised empty: the envelope keeps its one typed definition
+/// (which the OpenAPI description is made from), and items are copied, not serialised.
+pub fn with_items<T: serde::Serialize>(typed: &T, items: impl Iterator<Item = impl Fn(&mut String)>) -> String {
+    let envelope = to_json(typed);
+    let open = envelope.strip_suffix("]}").unwrap_or(&envelope);
+    let mut s = String::with_capacity(open.len() + 1024);
+    s.push_str(open);
+    for (i, write) in items.enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        write(&mut s);
+    }
+    s.push_str("]}");
+    s
+}
+
 impl Doc<'_> {
-    pub fn json(&self) -> PageJson {
-        let items: Vec<ItemJson> = self.items.iter().zip(self.cursors).map(|(i, c)| item_json(i, c)).collect();
-        PageJson {
-            count: items.len(),
+    /// The items with their cursors as text.
+    pub fn entries(&self) -> impl Iterator<Item = (&Arc<Rendered>, String)> {
+        self.items.iter().zip(self.cursors.iter().map(Cursor::to_string))
+    }
+
+    /// The JSON document.
+    pub fn json(&self) -> String {
+        let envelope = PageJson {
+            count: self.items.len(),
             total_items: self.total,
             url: self.url.to_string(),
             last_cursor: self.cursors.last().map(Cursor::to_string),
             next: self.next.clone(),
-            items,
-        }
+            items: Vec::new(),
+        };
+        with_items(&envelope, self.entries().map(|(r, c)| move |s: &mut String| r.json.write(s, &c)))
     }
 
     /// The Atom document; `extra` is written after the links (archive elements).
     pub fn atom(&self, links: &[(&str, &str)], extra: &str) -> String {
-        let mut s = String::with_capacity(512 + self.items.len() * 600);
+        let mut s = String::with_capacity(512 + self.items.len() * 1024);
         s.push_str(r#"<?xml version="1.0" encoding="utf-8"?>"#);
         s.push_str(&format!(r#"<feed xmlns="{ATOM}" xmlns:fo="{FO}" xmlns:at="{TOMBSTONES}" xmlns:fh="{HISTORY}">"#));
-        let updated = self.items.iter().map(|i| i.modified.t).max().unwrap_or(0);
+        let updated = self.items.iter().map(|i| i.modified).max().unwrap_or(0);
         s.push_str(&format!(
             "<id>{}</id><title>{}</title><updated>{}</updated>",
             esc(self.url),
@@ -149,8 +177,8 @@ impl Doc<'_> {
         if let Some(c) = self.cursors.last() {
             s.push_str(&format!("<fo:last_cursor>{c}</fo:last_cursor>"));
         }
-        for (item, cursor) in self.items.iter().zip(self.cursors) {
-            s.push_str(&entry_atom(item, cursor));
+        for (r, c) in self.entries() {
+            r.atom.write(&mut s, &c);
         }
         s.push_str("</feed>");
         s
@@ -178,7 +206,7 @@ pub fn xhtml_markup(c: &Element) -> String {
 
 /// An item as a child of an Atom feed: the stored entry with `<fo:id>` and `<fo:cursor>`
 /// added, or an `<at:deleted-entry>` with the same.
-pub fn entry_atom(item: &Item, cursor: &Cursor) -> String {
+pub fn entry_atom(item: &Item, cursor: &str) -> String {
     let fo = format!("<fo:id>{}</fo:id><fo:cursor>{cursor}</fo:cursor>", esc(&item.id));
     match &item.payload {
         Payload::Entry(xml) => {
@@ -208,18 +236,6 @@ pub fn jsonp(callback: &str, doc: &str, atom: bool) -> String {
     }
 }
 
-/// A strong ETag over a body and what it was made as.
-pub fn etag(parts: &[&[u8]]) -> String {
-    let mut h = crc32fast::Hasher::new();
-    let mut len = 0usize;
-    for p in parts {
-        h.update(p);
-        h.update(b"\0");
-        len += p.len();
-    }
-    format!("\"{:08x}{len:x}\"", h.finalize())
-}
-
 /// Whether an `If-None-Match` value matches `etag`.
 pub fn none_match(header: &str, etag: &str) -> bool {
     header.split(',').map(str::trim).any(|t| t == "*" || t == etag || t.strip_prefix("W/") == Some(etag))
@@ -235,13 +251,13 @@ mod tests {
 
     #[test]
     fn entries_get_their_fo_elements_and_json_fields() {
-        let c = Cursor { t: 1, o: 0, c: 7 };
+        let c = "1_0_7";
         let e = item(Payload::Entry(format!(
             r#"<entry xmlns="{ATOM}"><title>T</title><content>C</content><author><name>ann</name></author></entry>"#
         )));
-        let a = entry_atom(&e, &c);
+        let a = entry_atom(&e, c);
         assert!(a.ends_with("<fo:id>a&amp;b</fo:id><fo:cursor>1_0_7</fo:cursor></entry>"), "{a}");
-        let j = item_json(&e, &c);
+        let j = item_json(&e, c);
         let j = serde_json::to_value(j).unwrap();
         assert_eq!(j["title"], "T");
         assert_eq!(j["content"], "C");
@@ -249,10 +265,10 @@ mod tests {
         assert_eq!(j["cursor"], "1_0_7");
         assert!(j.get("deleted").is_none());
         let t = item(Payload::Tombstone { atom_ref: "urn:x".into(), when: 5 });
-        assert!(entry_atom(&t, &c).starts_with("<at:deleted-entry ref=\"urn:x\""));
-        assert_eq!(item_json(&t, &c).deleted, Some(true));
+        assert!(entry_atom(&t, c).starts_with("<at:deleted-entry ref=\"urn:x\""));
+        assert_eq!(item_json(&t, c).deleted, Some(true));
         let empty = item(Payload::Entry(format!(r#"<entry xmlns="{ATOM}"/>"#)));
-        assert!(entry_atom(&empty, &c).ends_with("</fo:cursor></entry>"));
+        assert!(entry_atom(&empty, c).ends_with("</fo:cursor></entry>"));
     }
 
     #[test]
@@ -264,8 +280,8 @@ mod tests {
         assert_eq!(Format::from_accept("application/feed+json, application/json", Format::Json), Format::JsonFeed);
         assert_eq!(Format::from_param("json-feed"), Some(Format::JsonFeed));
         assert_eq!(Format::from_param("rss"), None);
-        let t = etag(&[b"x"]);
-        assert!(none_match(&format!("\"zz\", {t}"), &t) && !none_match("\"zz\"", &t));
+        let t = "\"x\"";
+        assert!(none_match(&format!("\"zz\", {t}"), t) && !none_match("\"zz\"", t));
         assert_eq!(jsonp("cb", "{}", false), "/**/cb({});");
         assert_eq!(jsonp("cb", "<a>\"</a>", true), r#"/**/cb("<a>\"</a>");"#);
     }

@@ -8,7 +8,7 @@
 //! Every URL in the document keeps `format=json-feed`, so a reader that asked by parameter
 //! stays in the format while it follows them.
 
-use super::formats::{ATOM, Doc};
+use super::formats::{ATOM, Doc, with_items};
 use crate::answers::{JsonFeed, JsonFeedAuthor, JsonFeedExtension, JsonFeedHub, JsonFeedItem, JsonFeedItemExtension};
 use feed::position::rfc3339;
 use feed::{Cursor, Item, Payload};
@@ -24,10 +24,11 @@ pub fn url(url: &str) -> String {
 }
 
 /// The document of a page. `links` are extra relations (RFC 5005's for archives) kept in
-/// the document's `_smartfeeds` object; `next` (when the page has one) becomes `next_url`.
-pub fn document(doc: &Doc<'_>, home: &str, links: &[(&str, &str)]) -> JsonFeed {
+/// the document's `_smartfeeds` object; `next` (when the page has one) becomes `next_url`;
+/// `archive`: an archived document, which never changes.
+pub fn document(doc: &Doc<'_>, home: &str, links: &[(&str, &str)], archive: bool) -> String {
     let links = (!links.is_empty()).then(|| links.iter().map(|(rel, href)| (rel.to_string(), url(href))).collect());
-    JsonFeed {
+    let envelope = JsonFeed {
         version: VERSION.into(),
         title: doc.title.into(),
         home_page_url: home.into(),
@@ -38,15 +39,16 @@ pub fn document(doc: &Doc<'_>, home: &str, links: &[(&str, &str)]) -> JsonFeed {
             total: doc.total,
             last_cursor: doc.cursors.last().map(Cursor::to_string),
             links,
-            archive: None,
+            archive: archive.then_some(true),
         },
-        items: doc.items.iter().zip(doc.cursors).map(|(i, c)| item(i, c)).collect(),
-    }
+        items: Vec::new(),
+    };
+    with_items(&envelope, doc.entries().map(|(r, c)| move |s: &mut String| r.json_feed.write(s, &c)))
 }
 
 /// One item: the Atom entry's fields under JSON Feed's names. An item's `id` is its Atom
 /// id when it has one (what a reader de-duplicates by), else the item id.
-pub fn item(item: &Item, cursor: &Cursor) -> JsonFeedItem {
+pub fn item(item: &Item, cursor: &str) -> JsonFeedItem {
     let mut j = JsonFeedItem {
         id: item.atom_id.clone().unwrap_or_else(|| item.id.clone()),
         url: None,
@@ -126,11 +128,11 @@ mod tests {
 
     #[test]
     fn an_entry_becomes_a_json_feed_item() {
-        let c = Cursor { t: 1, o: 0, c: 7 };
+        let c = "1_0_7";
         let i = entry(&format!(
             r#"<entry xmlns="{ATOM}"><id>urn:x:1</id><title>T</title><content type="html">&lt;p&gt;hi&lt;/p&gt;</content><summary>S</summary><link href="http://e/1"/><author><name>ann</name></author></entry>"#
         ));
-        let j = serde_json::to_value(item(&i, &c)).unwrap();
+        let j = serde_json::to_value(item(&i, c)).unwrap();
         assert_eq!(j["id"], "urn:x:1");
         assert_eq!(j["title"], "T");
         assert_eq!(j["content_html"], "<p>hi</p>");
@@ -142,7 +144,7 @@ mod tests {
         assert_eq!(j["_smartfeeds"]["id"], "k1");
         let text = serde_json::to_value(item(
             &entry(&format!(r#"<entry xmlns="{ATOM}"><content>a &lt; b</content></entry>"#)),
-            &c,
+            c,
         ))
         .unwrap();
         assert_eq!(text["content_text"], "a < b");
@@ -150,12 +152,12 @@ mod tests {
             &entry(&format!(
                 r#"<entry xmlns="{ATOM}"><content type="xhtml"><div xmlns="http://www.w3.org/1999/xhtml"><p>x</p></div></content></entry>"#
             )),
-            &c,
+            c,
         ))
         .unwrap();
         assert!(xhtml["content_html"].as_str().unwrap().contains("<p"), "{xhtml}");
         let gone = Item { payload: Payload::Tombstone { atom_ref: "urn:x:1".into(), when: 5 }, ..entry("") };
-        let g = serde_json::to_value(item(&gone, &c)).unwrap();
+        let g = serde_json::to_value(item(&gone, c)).unwrap();
         assert_eq!(g["_smartfeeds"]["deleted"], true);
         assert_eq!(g["content_text"], "");
     }
@@ -163,7 +165,7 @@ mod tests {
     #[test]
     fn a_page_keeps_its_next_link_and_the_format() {
         let c = [Cursor { t: 1, o: 0, c: 7 }];
-        let items = [entry("<entry/>")];
+        let items = [std::sync::Arc::new(crate::rendered::Rendered::of(&entry("<entry/>")))];
         let doc = Doc {
             url: "http://h/feeds/f/",
             next: Some("http://h/feeds/f/?since=cursor%3A1_0_7&max=50".into()),
@@ -173,7 +175,7 @@ mod tests {
             items: &items,
             cursors: &c,
         };
-        let d = serde_json::to_value(document(&doc, "http://h/", &[])).unwrap();
+        let d: serde_json::Value = serde_json::from_str(&document(&doc, "http://h/", &[], false)).unwrap();
         assert_eq!(d["version"], VERSION);
         assert_eq!(d["feed_url"], "http://h/feeds/f/?format=json-feed");
         assert_eq!(d["next_url"], "http://h/feeds/f/?since=cursor%3A1_0_7&max=50&format=json-feed");

@@ -5,9 +5,11 @@
 //! by the same change stream that feeds XMPP pushes.
 //!
 //! Files: `connections` (how connections are taken: their cap and timeouts, the head's
-//! bounds), `bounds` (what a request's path and body must keep to), `actor` (who a request is), `answers` (the JSON bodies, typed), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
+//! bounds), `client_addr` (a client's address behind trusted proxies), `bounds` (what a request's path and body must keep to), `actor` (who a request is), `answers` (the JSON bodies, typed), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
 //! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
-//! `single_flight` (one read shared by many waiters), `cors` (cross-origin reads of open
+//! `single_flight` (one read shared by many waiters), `generations` (each feed's change
+//! generation), `answer_cache` (ETags from it, hot answers as bytes), `rendered` (an item's
+//! forms, made once per version), `cors` (cross-origin reads of open
 //! feeds), `sse` (event streams), `archive` (RFC 5005 documents), `writes` (PUT, POST,
 //! DELETE), `html_page` (the page at `BASE/`, a feed reader; `reader` renders it), `errors` (the one error type), `openapi` (the
 //! OpenAPI description, generated from the handlers).
@@ -17,15 +19,18 @@
 //! [`router`]'s `more`.
 
 pub mod actor;
+pub mod answer_cache;
 pub mod answers;
 pub mod archive;
 pub mod asked;
 pub mod auth;
 pub mod bounds;
+pub mod client_addr;
 pub mod connections;
 pub mod cors;
 pub mod errors;
 pub mod formats;
+pub mod generations;
 pub mod html_page;
 pub mod hub;
 pub mod json_feed;
@@ -34,6 +39,7 @@ pub mod openapi;
 pub mod pull;
 pub mod query;
 pub mod reader;
+pub mod rendered;
 pub mod resolve;
 pub mod single_flight;
 pub mod sse;
@@ -65,6 +71,8 @@ pub struct Settings {
     pub archive_max_age: u64,
     /// The component's JID (`[component] jid`), for the page's XMPP subscription links.
     pub component_jid: String,
+    /// Whose forwarding headers name the client's address (`[http] trusted_proxies`).
+    pub trusted_proxies: client_addr::TrustedProxies,
 }
 
 impl Settings {
@@ -73,9 +81,14 @@ impl Settings {
     }
 }
 
-/// The re-reads woken long-polls share (see [`single_flight`]).
-pub type PullFlights =
-    single_flight::SingleFlight<(String, feed::service::PullRequest), u64, feed::paging::Page, feed::FeedError>;
+/// The re-reads woken long-polls share (see [`single_flight`]): by actor and request, the
+/// page and the feed's generation read just before it.
+pub type PullFlights = single_flight::SingleFlight<
+    (String, feed::service::PullRequest),
+    u64,
+    Arc<(i64, feed::paging::Page)>,
+    feed::FeedError,
+>;
 
 /// Everything a handler needs, shared behind one `Arc`.
 pub struct HttpState<S: Store> {
@@ -84,7 +97,15 @@ pub struct HttpState<S: Store> {
     pub tokens: Tokens,
     pub wakeups: Arc<longpoll::Wakeups>,
     /// Shared re-reads of woken long-polls: by actor and request, for a wake-up generation.
-    pub flights: Arc<PullFlights>,
+    pub flights: PullFlights,
+    /// Shared reads of event streams at the same place, and their events' bytes.
+    pub events: sse::EventFlights,
+    /// Each feed's change generation, which validates answers without reading items.
+    pub generations: Arc<generations::Generations>,
+    /// Hot answers as bytes, valid for their feed's generation.
+    pub answers: answer_cache::AnswerCache,
+    /// Items' ready forms, once per item version.
+    pub renders: rendered::Renders,
     pub metrics: Arc<Metrics>,
     /// Set at shutdown: held requests answer at once and streams end.
     pub closing: tokio::sync::watch::Receiver<bool>,
@@ -139,8 +160,8 @@ pub fn body_limit<S: Store>(svc: &Service<S>) -> usize {
 }
 
 /// Every request: its path and announced body within [`bounds`] (400, 413), who it is (401
-/// for an unknown token), its rate (per token JID, else per IP; admins are not limited),
-/// and its metrics.
+/// for an unknown token), its rate (per token JID, else per client address, which trusted
+/// proxies may name: [`client_addr`]; admins are not limited), and its metrics.
 async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_string();
@@ -151,10 +172,10 @@ async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Respo
         if req.method() != Method::OPTIONS {
             let key = match &actor {
                 Actor::Jid(j) => j.clone(),
-                Actor::Anonymous => req
-                    .extensions()
-                    .get::<ConnectInfo<SocketAddr>>()
-                    .map_or_else(|| "unknown".to_string(), |c| c.0.ip().to_string()),
+                Actor::Anonymous => match req.extensions().get::<ConnectInfo<SocketAddr>>() {
+                    Some(peer) => st.settings.trusted_proxies.client(peer.0.ip(), req.headers()).to_string(),
+                    None => "unknown".to_string(),
+                },
             };
             match st.svc.admit(actor.as_str(), &key) {
                 Admission::Unlimited => {}

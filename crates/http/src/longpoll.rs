@@ -9,7 +9,7 @@
 //!
 //! The counters hold a wake-up generation, global and only growing: a woken request knows
 //! which wake-up it saw, so identical re-reads for the same one can be shared
-//! ([`super::flights`]).
+//! ([`super::single_flight`]).
 //!
 //! The change sink only hands changes over (`try_send`); a task does the waking, so the
 //! store's writer never waits for it. If that hand-over queue is ever full, the next change
@@ -45,6 +45,11 @@ pub struct Held {
 }
 
 impl Held {
+    /// The generation of the view's last wake-up (or of the registration, if none since).
+    pub fn generation(&self) -> u64 {
+        self.rx.as_ref().map_or(0, |rx| *rx.borrow())
+    }
+
     /// Resolves when a change enters the view after the registration (or a previous wait),
     /// with the generation of the wake-up.
     pub async fn changed(&mut self) -> u64 {

@@ -2,6 +2,7 @@
 //! it would be empty, or an event stream when `text/event-stream` is accepted; `GET` on an
 //! item URL; `GET BASE/feeds/`, the feeds the requester may read.
 
+use super::answer_cache::{self, Made};
 use super::answers::{
     ErrorJson, FeedLink, FeedList, FeedPath, ItemJson, ItemPath, JsonFeed, JsonFeedItem, NotModified, PageJson,
     PullParams, Refusals,
@@ -9,9 +10,9 @@ use super::answers::{
 use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
-use super::formats::{Doc, Format, entry_atom, item_json, jsonp, to_json};
+use super::formats::{Doc, Format, jsonp};
 use super::query::FeedQuery;
-use super::resolve::{SEGMENT, common_headers, feed_base, resolve, with_etag};
+use super::resolve::{SEGMENT, common_headers, feed_base, resolve};
 use super::{HttpState, St, json_feed, sse};
 use axum::Extension;
 use axum::extract::State;
@@ -59,39 +60,85 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
         return sse::stream(st, actor, &feed, q, r, last_event_id).await;
     }
     let max = st.svc.page_size(q.max);
-    let req = PullRequest {
-        node: r.node.clone(),
-        max: Some(max),
-        after: q.since.clone(),
-        before: q.until.clone(),
-        ..PullRequest::default()
-    };
-    let mut page = st.svc.pull(actor.as_str(), req.clone()).await.map_err(|e| ApiError::from_feed(e, &actor))?;
-    let timeout = q.timeout.unwrap_or(DEFAULT_TIMEOUT).min(st.settings.max_timeout);
-    if page.items.is_empty() && !r.view.order.descending && q.until.is_none() && max > 0 && timeout > 0 {
-        page = long_poll(&st, &actor, &r.view, req, Duration::from_secs(timeout)).await?;
-    }
     let format = q.format.unwrap_or_else(|| Format::from_accept(accept(&headers), Format::Json));
-    let title = st.svc.policy().feed(&feed).title.clone().unwrap_or_else(|| feed.clone());
+    let timeout = q.timeout.unwrap_or(DEFAULT_TIMEOUT).min(st.settings.max_timeout);
+    // Whether an empty answer is held (SPEC §9, long-poll) rather than sent.
+    let holds = !r.view.order.descending && q.until.is_none() && max > 0 && timeout > 0;
+    let key = format!("page\n{}\n{:?}\n{:?}\n{max}\n{format:?}\n{:?}", r.url, q.since, q.until, q.callback);
+    let err = |e| ApiError::from_feed(e, &actor);
+    let generation = st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed).await.map_err(err)?;
+    let kept = st.answers.get(&key, generation);
+    let answer = match kept {
+        // A kept empty answer of a request that holds: the request waits like any other.
+        Some(a) if !(holds && a.empty) => a,
+        _ if !holds && answer_cache::matches(&headers, &answer_cache::etag(&key, generation)) => {
+            // The client's copy is current, and this request is never held: no read at all.
+            let mut res = axum::http::StatusCode::NOT_MODIFIED.into_response();
+            res.headers_mut().insert(header::ETAG, answer_cache::etag(&key, generation));
+            return Ok(finish(&st, &feed, &r.url, q.callback.is_some(), res));
+        }
+        _ => {
+            let req = PullRequest {
+                node: r.node.clone(),
+                max: Some(max),
+                after: q.since.clone(),
+                before: q.until.clone(),
+                ..PullRequest::default()
+            };
+            // A request that may be held reads as a long-poll from the start: requests asked
+            // again after the same change (re-armed long-polls) share that first read too.
+            let (generation, page) = if holds {
+                long_poll(&st, &actor, &r.view, req, Duration::from_secs(timeout)).await?
+            } else {
+                (generation, st.svc.pull(actor.as_str(), req).await.map_err(err)?)
+            };
+            match st.answers.get(&key, generation) {
+                // Another request woken by the same change made it already.
+                Some(a) => a,
+                None => {
+                    let (ctype, body) = render(&st, &feed, &r.url, max, format, q.callback.as_deref(), &page);
+                    let made = Made { content_type: ctype, body, empty: page.items.is_empty(), archived: false };
+                    st.answers.put(key, generation, made)
+                }
+            }
+        }
+    };
+    Ok(finish(&st, &feed, &r.url, q.callback.is_some(), answer.respond(&headers)))
+}
+
+/// A pull answer's headers besides its ETag.
+fn finish<S: Store>(st: &HttpState<S>, feed: &str, url: &str, jsonp: bool, mut res: Response) -> Response {
+    common_headers(st, feed, url, &format!("max-age={}", st.settings.cache_max_age), &mut res);
+    res.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept, Authorization"));
+    if jsonp {
+        res.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    }
+    res
+}
+
+/// A page in the asked format: its content type and body.
+fn render<S: Store>(
+    st: &HttpState<S>,
+    feed: &str,
+    url: &str,
+    max: u64,
+    format: Format,
+    callback: Option<&str>,
+    page: &Page,
+) -> (&'static str, String) {
+    let title = st.svc.policy().feed(feed).title.clone().unwrap_or_else(|| feed.to_string());
     let next = page.cursors.last().map(|c| {
-        let sep = if r.url.contains('?') { '&' } else { '?' };
-        format!("{}{sep}since=cursor%3A{c}&max={max}", r.url)
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}since=cursor%3A{c}&max={max}")
     });
     let hub = st.settings.hub();
-    let doc = Doc {
-        url: &r.url,
-        next,
-        hub: &hub,
-        title: &title,
-        total: page.count,
-        items: &page.items,
-        cursors: &page.cursors,
-    };
+    let items = st.renders.all(feed, &page.items);
+    let doc = Doc { url, next, hub: &hub, title: &title, total: page.count, items: &items, cursors: &page.cursors };
     let body = match format {
-        Format::Json => to_json(&doc.json()),
-        Format::JsonFeed => to_json(&json_feed::document(&doc, &format!("{}/", st.settings.base), &[])),
+        Format::Json => doc.json(),
+        Format::JsonFeed => json_feed::document(&doc, &format!("{}/", st.settings.base), &[], false),
         Format::Atom => {
-            let mut links = vec![("self", r.url.as_str())];
+            let mut links = vec![("self", url)];
             if let Some(n) = &doc.next {
                 links.push(("next", n.as_str()));
             }
@@ -99,52 +146,49 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
             doc.atom(&links, "")
         }
     };
-    let (ctype, body) = match &q.callback {
+    match callback {
         Some(cb) => ("application/javascript; charset=utf-8", jsonp(cb, &body, format == Format::Atom)),
         None => (format.content_type(), body),
-    };
-    let mut res = with_etag(&headers, ctype, body);
-    common_headers(&st, &feed, &r.url, &format!("max-age={}", st.settings.cache_max_age), &mut res);
-    res.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept, Authorization"));
-    if q.callback.is_some() {
-        res.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
     }
-    Ok(res)
 }
 
-/// Holds an empty answer until an item enters the view or `timeout` passes, re-reading the
-/// view after each wake-up (SPEC §9, long-poll).
+/// Reads the page, and holds it while empty until an item enters the view or `timeout`
+/// passes, re-reading the view after each wake-up (SPEC §9, long-poll). Answers the last
+/// page read and the feed's generation read just before it.
 async fn long_poll<S: Store>(
     st: &Arc<HttpState<S>>,
     actor: &Actor,
     view: &View,
     req: PullRequest,
     timeout: Duration,
-) -> Result<Page, ApiError> {
+) -> Result<(i64, Page), ApiError> {
     let deadline = Instant::now() + timeout;
-    let _held_metric = st.metrics.held("longpoll");
-    // Registered before the re-read, so a change committed after the first read is seen.
+    // Registered before the first read, so a change committed after it is seen.
     let mut held = st.wakeups.hold(view.clone());
+    let mut held_metric = None;
     let mut woken_by = None;
     loop {
-        let page = match woken_by {
-            None => st.svc.pull(actor.as_str(), req.clone()).await,
-            // Every request woken by the same wake-up shares one read.
-            Some(generation) => {
-                let (svc, who, asked) = (st.svc.clone(), actor.as_str().to_string(), req.clone());
-                let read = || async move { svc.pull(&who, asked).await };
-                st.flights.get((actor.as_str().to_string(), req.clone()), generation, read).await
+        // Every request woken by the same wake-up shares one read (the first one's, too:
+        // its tag is the generation the view's counter had when it was registered).
+        let generation = woken_by.unwrap_or_else(|| held.generation());
+        let read = {
+            let (st, who, asked, feed) = (st.clone(), actor.as_str().to_string(), req.clone(), view.feed.clone());
+            || async move {
+                let g = st.generations.get(&st.svc, &who, &asked.node, &feed).await?;
+                Ok(Arc::new((g, st.svc.pull(&who, asked).await?)))
             }
         };
-        let page = page.map_err(|e| ApiError::from_feed(e, actor))?;
+        let read = st.flights.get((actor.as_str().to_string(), req.clone()), generation, read).await;
+        let (g, page) = Arc::unwrap_or_clone(read.map_err(|e| ApiError::from_feed(e, actor))?);
         if !page.items.is_empty() {
-            return Ok(page);
+            return Ok((g, page));
         }
+        held_metric.get_or_insert_with(|| st.metrics.held("longpoll"));
         let left = deadline.saturating_duration_since(Instant::now());
         tokio::select! {
             generation = held.changed() => woken_by = Some(generation),
-            _ = tokio::time::sleep(left) => return Ok(page),
-            _ = st.closed() => return Ok(page),
+            _ = tokio::time::sleep(left) => return Ok((g, page)),
+            _ = st.closed() => return Ok((g, page)),
         }
     }
 }
@@ -166,36 +210,45 @@ pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) ->
     let Asked { actor, path: (feed, id), query, headers } = asked;
     let q = FeedQuery::parse(query.as_deref(), &["callback"])?;
     let r = resolve(&st.svc, &st.settings.base, &feed, &FeedQuery::default())?;
-    let req = PullRequest { node: r.node, ids: vec![id.clone()], ..PullRequest::default() };
-    let page = st.svc.pull(actor.as_str(), req).await.map_err(|e| ApiError::from_feed(e, &actor))?;
-    let (Some(item), Some(cursor)) = (page.items.first(), page.cursors.first()) else {
-        return Err(ApiError::not_found(format!("no item {:?} in {:?}", quote(&id), quote(&feed))));
-    };
     let format = Format::from_accept(accept(&headers), Format::Json);
-    let body = match format {
-        Format::Json => to_json(&item_json(item, cursor)),
-        // A single JSON Feed item (the document format has no one-item form).
-        Format::JsonFeed => to_json(&json_feed::item(item, cursor)),
-        Format::Atom => {
-            let e = entry_atom(item, cursor);
-            // Standing alone, the entry declares the prefixes it uses.
-            e.replacen(
-                ">",
-                &format!(r#" xmlns:fo="{}" xmlns:at="{}">"#, super::formats::FO, super::formats::TOMBSTONES),
-                1,
-            )
+    let url = format!("{}items/{}", feed_base(&st.settings.base, &feed), utf8_percent_encode(&id, SEGMENT));
+    let key = format!("item\n{url}\n{format:?}\n{:?}", q.callback);
+    let err = |e| ApiError::from_feed(e, &actor);
+    let generation = st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed).await.map_err(err)?;
+    let answer = match st.answers.get(&key, generation) {
+        Some(a) => a,
+        None => {
+            let req = PullRequest { node: r.node, ids: vec![id.clone()], ..PullRequest::default() };
+            let page = st.svc.pull(actor.as_str(), req).await.map_err(err)?;
+            let (Some(item), Some(cursor)) = (page.items.first(), page.cursors.first()) else {
+                return Err(ApiError::not_found(format!("no item {:?} in {:?}", quote(&id), quote(&feed))));
+            };
+            let (rendered, cursor) = (st.renders.of(&feed, item), cursor.to_string());
+            let body = match format {
+                Format::Json => rendered.json.with(&cursor),
+                // A single JSON Feed item (the document format has no one-item form).
+                Format::JsonFeed => rendered.json_feed.with(&cursor),
+                Format::Atom => {
+                    // Standing alone, the entry declares the prefixes it uses.
+                    rendered.atom.with(&cursor).replacen(
+                        ">",
+                        &format!(r#" xmlns:fo="{}" xmlns:at="{}">"#, super::formats::FO, super::formats::TOMBSTONES),
+                        1,
+                    )
+                }
+            };
+            let ctype = match format {
+                Format::Atom => "application/atom+xml; type=entry; charset=utf-8",
+                other => other.content_type(),
+            };
+            let (ctype, body) = match &q.callback {
+                Some(cb) => ("application/javascript; charset=utf-8", jsonp(cb, &body, format == Format::Atom)),
+                None => (ctype, body),
+            };
+            st.answers.put(key, generation, Made { content_type: ctype, body, empty: false, archived: false })
         }
     };
-    let ctype = match format {
-        Format::Atom => "application/atom+xml; type=entry; charset=utf-8",
-        other => other.content_type(),
-    };
-    let (ctype, body) = match &q.callback {
-        Some(cb) => ("application/javascript; charset=utf-8", jsonp(cb, &body, format == Format::Atom)),
-        None => (ctype, body),
-    };
-    let url = format!("{}items/{}", feed_base(&st.settings.base, &feed), utf8_percent_encode(&id, SEGMENT));
-    let mut res = with_etag(&headers, ctype, body);
+    let mut res = answer.respond(&headers);
     common_headers(&st, &feed, &url, &format!("max-age={}", st.settings.cache_max_age), &mut res);
     Ok(res)
 }

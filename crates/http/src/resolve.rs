@@ -1,13 +1,12 @@
 //! A request's feed and view as the face resolves them, and what every answer about a view
-//! carries: its URLs, caching, `Link` and CORS headers, the ETag.
+//! carries: its URLs, caching, `Link` and CORS headers (its ETag: [`crate::answer_cache`]).
 
 use super::HttpState;
 use super::errors::{ApiError, quote};
-use super::formats::{etag, none_match};
 use super::query::FeedQuery;
 use axum::extract::rejection::PathRejection;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
 use feed::policy::Access;
 use feed::ports::Store;
 use feed::service::Service;
@@ -53,19 +52,4 @@ pub fn common_headers<S: Store>(st: &HttpState<S>, feed: &str, url: &str, cache:
     if st.svc.policy().feed(feed).access == Access::Open {
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
     }
-}
-
-/// A body with its ETag, or 304 when the client has it.
-pub fn with_etag(headers: &HeaderMap, content_type: &str, body: String) -> Response {
-    let tag = etag(&[content_type.as_bytes(), body.as_bytes()]);
-    let matched = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|v| none_match(v, &tag));
-    let mut res = if matched {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
-        ([(header::CONTENT_TYPE, content_type.to_string())], body).into_response()
-    };
-    if let Ok(v) = HeaderValue::from_str(&tag) {
-        res.headers_mut().insert(header::ETAG, v);
-    }
-    res
 }

@@ -7,15 +7,17 @@
 use super::HttpState;
 use super::auth::Actor;
 use super::errors::ApiError;
-use super::formats::{item_json, to_json};
 use super::longpoll::Held;
 use super::query::FeedQuery;
 use super::resolve::{Resolved, common_headers};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use feed::Position;
+use axum::body::Body;
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use bytes::Bytes;
 use feed::ports::Store;
 use feed::service::PullRequest;
+use feed::{Cursor, FeedError, Position};
+use futures::StreamExt;
 use metrics::HeldGuard;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -26,13 +28,32 @@ const BATCH: u64 = 100;
 /// A comment line at least this often.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
+/// The events of one read: every stream at the same place of the same view sends these
+/// very bytes.
+pub struct Events {
+    bytes: Bytes,
+    /// The cursor of the last event; `None` when there were no items.
+    last: Option<Cursor>,
+    /// Whether the read found fewer items than it could take: nothing was left after them.
+    all: bool,
+}
+
+/// Reads of streams shared by the streams at the same place: by actor, view and position,
+/// for a wake-up generation (see [`crate::single_flight`]).
+pub type EventFlights =
+    super::single_flight::SingleFlight<(String, String, Option<String>), u64, Arc<Events>, FeedError>;
+
 struct Streaming<S: Store> {
     st: Arc<HttpState<S>>,
     actor: Actor,
     /// The ascending twin of the view.
     node: String,
+    feed: String,
     /// The position after which to read next (`cursor:…`), or the start of the view.
     pos: Option<String>,
+    /// The wake-up generation of the view as of which the stream has every item: no need to
+    /// read again before the next wake-up.
+    caught_up: Option<u64>,
     held: Held,
     _metric: HeldGuard,
 }
@@ -75,42 +96,70 @@ pub async fn stream<S: Store>(
     let probe = PullRequest { node: node.clone(), max: Some(0), after: pos.clone(), ..Default::default() };
     st.svc.pull(actor.as_str(), probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
     let _metric = st.metrics.held("stream");
-    let state = Streaming { st: st.clone(), actor, node, pos, held, _metric };
-    let events = futures::stream::unfold(state, step).flat_map(futures::stream::iter);
-    let mut res = Sse::new(events).keep_alive(KeepAlive::new().interval(KEEPALIVE)).into_response();
+    let state =
+        Streaming { st: st.clone(), actor, node, feed: r.view.feed.clone(), pos, caught_up: None, held, _metric };
+    let events = futures::stream::unfold(state, step).map(Ok::<_, Infallible>);
+    let mut res = Response::new(Body::from_stream(events));
+    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     common_headers(&st, feed, &r.url, "no-cache", &mut res);
     Ok(res)
 }
 
-use futures::StreamExt;
-
-/// The next events of a stream: waits until the view has items after its position.
-async fn step<S: Store>(mut s: Streaming<S>) -> Option<(Vec<Result<Event, Infallible>>, Streaming<S>)> {
+/// The next bytes of a stream: the events after its position once the view has some, or a
+/// keep-alive comment. Streams at the same place share one read and its bytes; a stream
+/// behind (a slow reader, a resumed one) reads on its own, from its own position, and
+/// delays nobody. A stream that has every item as of the view's last wake-up does not read
+/// again until the next.
+async fn step<S: Store>(mut s: Streaming<S>) -> Option<(Bytes, Streaming<S>)> {
+    let mut generation = s.held.generation();
     loop {
-        let req = PullRequest { node: s.node.clone(), max: Some(BATCH), after: s.pos.clone(), ..Default::default() };
-        let page = match s.st.svc.pull(s.actor.as_str(), req).await {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::debug!(error = %e, node = %s.node, "event stream ends");
-                return None;
-            }
-        };
-        if let Some(last) = page.cursors.last() {
-            s.pos = Some(format!("cursor:{last}"));
-            let events = page
-                .items
-                .iter()
-                .zip(&page.cursors)
-                .map(|(item, c)| {
-                    let kind = if item.is_deleted() { "retract" } else { "item" };
-                    Ok(Event::default().id(format!("cursor:{c}")).event(kind).data(to_json(&item_json(item, c))))
-                })
-                .collect();
+        if s.caught_up != Some(generation)
+            && let Some(events) = read(&mut s, generation).await?
+        {
             return Some((events, s));
         }
         tokio::select! {
-            _ = s.held.changed() => {}
+            g = s.held.changed() => generation = g,
+            _ = tokio::time::sleep(KEEPALIVE) => return Some((Bytes::from_static(b":\n\n"), s)),
             _ = s.st.closed() => return None,
         }
+    }
+}
+
+/// Reads the events after the stream's position, shared with every stream at the same place
+/// woken by the same wake-up: `None` (the stream ends) if the read fails, `Some(None)` when
+/// there are none.
+async fn read<S: Store>(s: &mut Streaming<S>, generation: u64) -> Option<Option<Bytes>> {
+    let read = {
+        let (st, actor, node, feed, pos) =
+            (s.st.clone(), s.actor.as_str().to_string(), s.node.clone(), s.feed.clone(), s.pos.clone());
+        || async move {
+            let req = PullRequest { node, max: Some(BATCH), after: pos, ..Default::default() };
+            let page = st.svc.pull(&actor, req).await?;
+            let mut text = String::new();
+            for (item, c) in page.items.iter().zip(&page.cursors) {
+                st.renders.of(&feed, item).event(&c.to_string(), &mut text);
+            }
+            let all = (page.items.len() as u64) < BATCH;
+            Ok(Arc::new(Events { bytes: Bytes::from(text), last: page.cursors.last().copied(), all }))
+        }
+    };
+    let group = (s.actor.as_str().to_string(), s.node.clone(), s.pos.clone());
+    let events = match s.st.events.get(group, generation, read).await {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::debug!(error = %e, node = %s.node, "event stream ends");
+            return None;
+        }
+    };
+    if events.all {
+        s.caught_up = Some(generation);
+    }
+    match events.last {
+        Some(last) => {
+            s.pos = Some(format!("cursor:{last}"));
+            Some(Some(events.bytes.clone()))
+        }
+        None => Some(None),
     }
 }

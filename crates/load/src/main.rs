@@ -108,6 +108,14 @@ enum Mode {
         #[command(flatten)]
         args: http::LongpollArgs,
     },
+    /// Hold N event streams or long-polls on one view (smartfeeds or Nchan), publish P
+    /// times, time each publish's last arrival.
+    HttpFanout {
+        #[command(flatten)]
+        common: http::HttpCommon,
+        #[command(flatten)]
+        args: http::FanoutArgs,
+    },
     /// Fetch the recent, middle and oldest archive documents, each many times.
     HttpArchive {
         #[command(flatten)]
@@ -264,6 +272,7 @@ fn main() -> ExitCode {
         Mode::HttpPublish { common, args } => Job::Http(common, http::Run::Publish(args)),
         Mode::HttpLongpoll { common, args } => Job::Http(common, http::Run::Longpoll(args)),
         Mode::HttpArchive { common, args } => Job::Http(common, http::Run::Archive(args)),
+        Mode::HttpFanout { common, args } => Job::Http(common, http::Run::Fanout(args)),
     };
     let (opts, loopback, target) = match &job {
         Job::Xmpp(c, _) => (&c.run, c.server.ip().is_loopback(), format!("--server {}", c.server)),

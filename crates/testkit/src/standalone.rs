@@ -75,6 +75,15 @@ impl Standalone {
         self.spawn();
     }
 
+    /// Stops it (SIGTERM, as an operator would) and starts it again on the same
+    /// configuration and database.
+    pub fn stop_and_start(&mut self) {
+        if let Some(p) = self.process.take() {
+            p.terminate(Duration::from_secs(10), "smartfeeds");
+        }
+        self.spawn();
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }

@@ -66,6 +66,15 @@ impl<S: Store> Service<S> {
             .await
     }
 
+    /// What a pull of `node` by `actor` depends on besides the request: the feed's change
+    /// generation, the last modified seq it handed out. Every publish, update and
+    /// retraction stamps a new one, so an answer about the feed can change only when this
+    /// does; reading it costs one feed row, no item. Refused as a pull would be.
+    pub async fn generation(&self, actor: &str, node: &str) -> Result<i64, FeedError> {
+        let view = self.view(actor, node, Action::Read)?;
+        self.store.read(move |tx| Ok(tx.feed(&view.feed)?.ok_or_else(|| no_feed(&view.feed))?.last_mseq)).await
+    }
+
     /// Checks a pull's parameters against each other and the limits.
     fn want(&self, req: PullRequest) -> Result<Want, FeedError> {
         let limits = &self.policy.limits;

@@ -9,7 +9,8 @@
 use super::callback::bounded_body;
 use super::{Hub, Worker, document, now_ms, stopping};
 use axum::http::{HeaderValue, StatusCode, header};
-use feed::outbox::{HubSubscription, OutboxEntry};
+use bytes::Bytes;
+use feed::outbox::HubSubscription;
 use feed::ports::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,9 +86,10 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
         let key = (w.feed.clone(), sub.view.clone());
         let generation = hub.registry.generations.get(&key);
         let svc = hub.svc.clone();
-        let read = || async move { svc.outbox(feed, view, delivered, batch).await.map(Arc::new) };
+        let read =
+            || async move { svc.outbox(feed, view, delivered, batch).await.map(|e| Arc::new(document::Batch::new(e))) };
         let read = hub.reads.get(key, (generation, delivered), read).await;
-        let entries = match read {
+        let batch = match read {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(error = %e, subscription = sub.id, "cannot read the outbox");
@@ -95,7 +97,7 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
                 continue;
             }
         };
-        let Some(upto) = entries.last().map(|e| e.seq) else {
+        let Some(upto) = batch.entries.last().map(|e| e.seq) else {
             tokio::select! {
                 _ = w.wake.notified() => {}
                 // Shards moved: whether this feed is still ours is asked again.
@@ -105,7 +107,7 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
             }
             continue;
         };
-        match deliver(&hub, &w, &sub, &entries).await {
+        match deliver(&hub, &w, &sub, &batch).await {
             Ended::Done(outcome) => {
                 hub.metrics.hub.delivery(outcome);
                 delivered = upto;
@@ -125,11 +127,11 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
 }
 
 /// Delivers one document, retrying as the module docs say.
-async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, sub: &HubSubscription, entries: &[OutboxEntry]) -> Ended {
+async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, sub: &HubSubscription, batch: &document::Batch) -> Ended {
     let policy = hub.svc.policy().feed(&w.feed);
-    let title = policy.title.clone().unwrap_or_else(|| w.feed.clone());
-    let body = document::atom(entries, &sub.topic, &hub.url, &title);
-    let signature = sub.secret.as_deref().map(|s| document::signature(s, body.as_bytes()));
+    let title = policy.title.as_deref().unwrap_or(&w.feed);
+    let body = batch.document(&sub.topic, &hub.url, title);
+    let signature = sub.secret.as_deref().map(|s| document::signature(s, &body));
     let (initial, max) =
         (Duration::from_secs_f64(hub.config.retry_initial), Duration::from_secs_f64(hub.config.retry_max));
     let mut backoff = initial;
@@ -162,7 +164,7 @@ async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, sub: &HubSubscription, entr
 }
 
 /// One POST of a document, within the hub's bounds on requests in flight.
-async fn post<S: Store>(hub: &Hub<S>, sub: &HubSubscription, body: String, signature: Option<&str>) -> Attempt {
+async fn post<S: Store>(hub: &Hub<S>, sub: &HubSubscription, body: Bytes, signature: Option<&str>) -> Attempt {
     let host = url::Url::parse(&sub.callback).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
     let Some(_permits) = hub.slots(&host).await else { return Attempt::Retry(None) };
     let link = format!("<{}>; rel=\"hub\", <{}>; rel=\"self\"", hub.url, sub.topic);

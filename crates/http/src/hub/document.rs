@@ -2,16 +2,20 @@
 //! formatter (`http::formats::Doc`), with `fo:prev_cursor` added, and its signature.
 
 use crate::formats::{Doc, esc};
+use crate::rendered::Rendered;
+use bytes::Bytes;
 use feed::outbox::OutboxEntry;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// The Atom document of consecutive outbox rows of one view, oldest first: `fo:total` and
 /// `fo:last_cursor` as after the last of them, `fo:prev_cursor` as before the first (absent
 /// when the view was empty), so a subscriber that sees a `fo:prev_cursor` other than the
 /// last cursor it holds knows it missed something and pulls from there.
 pub fn atom(entries: &[OutboxEntry], topic: &str, hub: &str, title: &str) -> String {
-    let items: Vec<_> = entries.iter().map(OutboxEntry::item).collect();
+    // Made once per delivered batch and shared by the view's subscriptions (see `deliver`).
+    let items: Vec<_> = entries.iter().map(|e| Arc::new(Rendered::of(&e.item()))).collect();
     let cursors: Vec<_> = entries.iter().map(|e| e.last).collect();
     let total = entries.last().map_or(0, |e| e.count);
     let doc = Doc { url: topic, next: None, hub, title, total, items: &items, cursors: &cursors };
@@ -20,6 +24,33 @@ pub fn atom(entries: &[OutboxEntry], topic: &str, hub: &str, title: &str) -> Str
         None => String::new(),
     };
     doc.atom(&[("self", topic), ("hub", hub)], &prev)
+}
+
+/// One outbox read, shared by every subscription of its view that is at the same place,
+/// and the documents made of it: one per topic spelling (subscribers of one view nearly
+/// always spell it alike), so a change is written out once however many subscribe, and
+/// each delivery only signs and sends.
+pub struct Batch {
+    pub entries: Vec<OutboxEntry>,
+    /// Topic → document.
+    documents: Mutex<Vec<(String, Bytes)>>,
+}
+
+impl Batch {
+    pub fn new(entries: Vec<OutboxEntry>) -> Batch {
+        Batch { entries, documents: Mutex::default() }
+    }
+
+    /// The document of the batch for `topic` (see [`atom`]), made on first use.
+    pub fn document(&self, topic: &str, hub: &str, title: &str) -> Bytes {
+        let mut docs = self.documents.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, d)) = docs.iter().find(|(t, _)| t == topic) {
+            return d.clone();
+        }
+        let d = Bytes::from(atom(&self.entries, topic, hub, title));
+        docs.push((topic.to_string(), d.clone()));
+        d
+    }
 }
 
 /// `X-Hub-Signature`'s value: `sha256=` and the hex HMAC-SHA256 of `body` under `secret`.

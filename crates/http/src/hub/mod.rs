@@ -7,11 +7,10 @@
 //! - `request`: the `BASE/hub` handler: a form POST checked and answered 202 or 4xx.
 //! - `verify`: verification of intent (`GET CALLBACK?hub.challenge=…`), then the store.
 //! - `deliver`: one task per subscription, one document at a time, retries with backoff.
-//! - `document`: the Atom document and its `X-Hub-Signature`.
+//! - `document`: the Atom document (made once per outbox read shared by a view's
+//!   subscriptions) and its `X-Hub-Signature`.
 //! - `registry`: the subscriptions in force, their tasks, the change sink that wakes them.
-//! - `shared_reads`: one outbox read for all the subscriptions of a view.
 //! - `callback`: which callback URLs are safe, the HTTP client, bounded answers.
-//! - `metrics`: `smartfeeds_hub_*`.
 //!
 //! **Durability.** A change owed to WebSub subscribers is appended to the store's outbox in
 //! its own transaction ([`feed::outbox`]); each subscription's progress is saved
@@ -44,7 +43,7 @@ mod verify;
 use crate::hub::config::HubConfig;
 use crate::single_flight::SingleFlight;
 use feed::FeedError;
-use feed::outbox::{HubSubscription, OutboxEntry};
+use feed::outbox::HubSubscription;
 use feed::ports::{Share, Store};
 use feed::service::{CallbackSubscription, Housekeeping, Service};
 use metrics::Metrics;
@@ -88,7 +87,7 @@ pub struct Hub<S: Store> {
     metrics: Arc<Metrics>,
     registry: Arc<Registry>,
     /// One outbox read for all the subscriptions of a view, per change and progress mark.
-    reads: SingleFlight<ViewKey, (u64, i64), Arc<Vec<OutboxEntry>>, FeedError>,
+    reads: SingleFlight<ViewKey, (u64, i64), Arc<document::Batch>, FeedError>,
     slots: Arc<Semaphore>,
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Progress not saved yet: subscription id → outbox seq delivered up to.

@@ -70,7 +70,7 @@ impl Worker {
 #[derive(Default)]
 pub struct Registry {
     inner: Mutex<Tasks>,
-    /// Changes per view, bumped before any task is woken (see `shared_reads`).
+    /// Changes per view, bumped before any task is woken (see `Hub::reads`).
     pub(super) generations: Generations,
 }
 

@@ -6,6 +6,9 @@
 //! - `http-publish`: PUT N Atom entries, K in flight (also how a large feed is filled).
 //! - `http-longpoll`: N long-polls held on one view, then one publish: how long until the
 //!   last of them is answered, and what holding them costs the service in memory.
+//! - `http-fanout`: N event streams or long-polls held on one view, then P publishes: how
+//!   long until the last subscriber has each, CPU per event, memory per held subscriber;
+//!   the same against Nchan (`--target nchan`), the pub/sub server to compare with.
 //! - `http-archive`: the recent and the oldest archive documents (and two between), each
 //!   fetched many times: a deep document must cost what the recent one does.
 //! - `websub`: many WebSub subscriptions to one view, callbacks served by the tool itself,
@@ -16,12 +19,14 @@
 //! XMPP figures of one host side by side.
 
 mod archive;
+mod fanout;
 mod longpoll;
 mod put_entries;
 mod websub;
 
 pub use crate::publish::EntryArgs as PublishArgs;
 pub use archive::ArchiveArgs;
+pub use fanout::FanoutArgs;
 pub use longpoll::LongpollArgs;
 pub use websub::WebsubArgs;
 
@@ -72,6 +77,7 @@ pub enum Run {
     Pull(PullArgs),
     Publish(PublishArgs),
     Longpoll(LongpollArgs),
+    Fanout(FanoutArgs),
     Archive(ArchiveArgs),
     Websub(WebsubArgs),
 }
@@ -186,6 +192,7 @@ pub async fn run(common: HttpCommon, mode: Run) -> Result<Report, String> {
         }
         Run::Publish(args) => put_entries::run(&ctx, &args).await,
         Run::Longpoll(args) => longpoll::run(&ctx, &args).await,
+        Run::Fanout(args) => fanout::run(&ctx, &args).await,
         Run::Archive(args) => archive::run(&ctx, &args).await,
         Run::Websub(args) => websub::run(&ctx, &args).await,
     }
