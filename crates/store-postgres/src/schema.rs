@@ -167,16 +167,11 @@ INSERT INTO push_shards(shard) SELECT generate_series(0, 15);
 
 /// Version 4: `mcounts` is called `modified_counts`. Written so that it also fits a
 /// database made at version 3 by the build that already called it `modified_counts` in the
-/// earlier versions' text: whichever of the two tables is missing is made empty, the counts
-/// are copied into `modified_counts` (none when they are already there) and `mcounts` goes.
+/// earlier versions' text: whichever of the two tables is missing is made empty (`mcounts`
+/// only needs to exist), the counts are copied into `modified_counts` (none when they are
+/// already there) and `mcounts` goes.
 const V4: &str = r#"
-CREATE TABLE IF NOT EXISTS mcounts (
-    feed   BIGINT NOT NULL REFERENCES feeds(id),
-    level  BIGINT NOT NULL,
-    bucket BIGINT NOT NULL,
-    n      BIGINT NOT NULL,
-    PRIMARY KEY (feed, level, bucket)
-);
+CREATE TABLE IF NOT EXISTS mcounts (feed BIGINT, level BIGINT, bucket BIGINT, n BIGINT);
 CREATE TABLE IF NOT EXISTS modified_counts (
     feed   BIGINT NOT NULL REFERENCES feeds(id),
     level  BIGINT NOT NULL,

@@ -178,16 +178,11 @@ CREATE INDEX hub_outbox_by_view ON hub_outbox(feed, view, seq);
 
 /// Version 4: `mcounts` is called `modified_counts`. Written so that it also fits a
 /// database made at version 3 by the build that already called it `modified_counts` in the
-/// earlier versions' text: whichever of the two tables is missing is made empty, the counts
-/// are copied into `modified_counts` (none when they are already there) and `mcounts` goes.
+/// earlier versions' text: whichever of the two tables is missing is made empty (`mcounts`
+/// only needs to exist), the counts are copied into `modified_counts` (none when they are
+/// already there) and `mcounts` goes.
 const V4: &str = r#"
-CREATE TABLE IF NOT EXISTS mcounts (
-    feed   INTEGER NOT NULL REFERENCES feeds(id),
-    level  INTEGER NOT NULL,
-    bucket INTEGER NOT NULL,
-    n      INTEGER NOT NULL,
-    PRIMARY KEY (feed, level, bucket)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mcounts (feed INTEGER, level INTEGER, bucket INTEGER, n INTEGER);
 CREATE TABLE IF NOT EXISTS modified_counts (
     feed   INTEGER NOT NULL REFERENCES feeds(id),
     level  INTEGER NOT NULL,
