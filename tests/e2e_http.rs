@@ -6,7 +6,7 @@
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::{Duration, Instant};
-use testkit::http::{ADMIN, ALICE, BOT, EVE, HttpFixture, http_table, put_entry};
+use testkit::http::{ADMIN, ALICE, BOT, EVE, HttpFixture, http_table, put_entry, sse_events};
 use testkit::process::free_port;
 use testkit::pubsub::*;
 use testkit::push::{next_push, subscribe};
@@ -412,35 +412,6 @@ async fn a_long_poll_is_answered_by_a_publish_through_either_face_and_times_out_
     assert_eq!(doc["count"], 0);
     assert!(started.elapsed() < Duration::from_secs(2));
     bot.close().await;
-}
-
-/// Reads SSE events (id, event, data) from a response until `n` are read.
-async fn sse_events(res: &mut reqwest::Response, buf: &mut String, n: usize) -> Vec<(String, String, Value)> {
-    let mut out = Vec::new();
-    while out.len() < n {
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let (mut id, mut ev, mut data) = (String::new(), String::new(), String::new());
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id: ").or(line.strip_prefix("id:")) {
-                    id = v.to_string();
-                } else if let Some(v) = line.strip_prefix("event: ").or(line.strip_prefix("event:")) {
-                    ev = v.to_string();
-                } else if let Some(v) = line.strip_prefix("data: ").or(line.strip_prefix("data:")) {
-                    data.push_str(v);
-                }
-            }
-            if !data.is_empty() {
-                out.push((id, ev, serde_json::from_str(&data).expect("JSON data")));
-            }
-        }
-        if out.len() >= n {
-            break;
-        }
-        let chunk = tokio::time::timeout(Duration::from_secs(10), res.chunk()).await.expect("an event in time");
-        buf.push_str(&String::from_utf8_lossy(&chunk.expect("stream").expect("not ended")));
-    }
-    out
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! smartfeeds' HTTP face as the end-to-end tests reach it: the bearer tokens of the demo
 //! users, the `[http]` table that gives them, a shared fixture whose smartfeeds serves HTTP,
-//! and a PUT of an Atom entry.
+//! a PUT of an Atom entry, and a reader of event streams.
 //!
 //! ```ignore
 //! static SHARED: Shared<HttpFixture> = Shared::new();
@@ -9,6 +9,8 @@
 //! });
 //! let res = put_entry(&reqwest::Client::new(), &sh.base, "news", "n1", BOT, &small_entry("n1")).await;
 //! ```
+
+use std::time::Duration;
 
 use super::fixture::Fixture;
 use super::process::free_port;
@@ -84,4 +86,38 @@ pub async fn put_entry(
         .body(entry.to_string())
         .send()
         .await
+}
+
+/// Reads server-sent events (id, event, data) from a response until `n` are read; `buf` keeps
+/// what was received past the last of them, for the next call.
+pub async fn sse_events(
+    res: &mut reqwest::Response,
+    buf: &mut String,
+    n: usize,
+) -> Vec<(String, String, serde_json::Value)> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut id, mut ev, mut data) = (String::new(), String::new(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id: ").or(line.strip_prefix("id:")) {
+                    id = v.to_string();
+                } else if let Some(v) = line.strip_prefix("event: ").or(line.strip_prefix("event:")) {
+                    ev = v.to_string();
+                } else if let Some(v) = line.strip_prefix("data: ").or(line.strip_prefix("data:")) {
+                    data.push_str(v);
+                }
+            }
+            if !data.is_empty() {
+                out.push((id, ev, serde_json::from_str(&data).expect("JSON data")));
+            }
+        }
+        if out.len() >= n {
+            break;
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(10), res.chunk()).await.expect("an event in time");
+        buf.push_str(&String::from_utf8_lossy(&chunk.expect("stream").expect("not ended")));
+    }
+    out
 }

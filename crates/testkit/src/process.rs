@@ -241,10 +241,28 @@ pub fn send_signal(signal: &str, pids: &[u32]) {
         .status();
 }
 
-/// `n` distinct free loopback ports: all listeners are held at once, then released for the
-/// server (which may lose one to another process in between; the caller retries then).
+/// Where test listeners' ports are picked: below Linux's default ephemeral range (32768 and
+/// up), which the kernel hands to outgoing connections. A port asked of the kernel with
+/// `bind(0)` comes from that range, and between its release here and the server's bind an
+/// outgoing connection of another test could take it ("Address already in use").
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_768;
+
+/// `n` distinct free loopback ports from [`TEST_PORTS`], starting at a random place so that
+/// test processes running side by side rarely try the same ones: all listeners are held at
+/// once, then released for the server (which may still lose one to another test process in
+/// between; the caller retries then).
 pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
-    let listeners = (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<Vec<_>>>()?;
+    use std::hash::{BuildHasher, Hasher};
+    let span = (TEST_PORTS.end - TEST_PORTS.start) as u64;
+    let start = std::collections::hash_map::RandomState::new().build_hasher().finish() % span;
+    let listeners: Vec<TcpListener> = (0..span)
+        .map(|i| TEST_PORTS.start + ((start + i) % span) as u16)
+        .filter_map(|port| TcpListener::bind(("127.0.0.1", port)).ok())
+        .take(n)
+        .collect();
+    if listeners.len() < n {
+        return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "no free test ports left"));
+    }
     listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
