@@ -5,12 +5,11 @@
 //! other stream, then catches up on its own. smartfeeds alone (no XMPP server), real HTTP
 //! clients.
 
-use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
-use testkit::http::{BOT, put_entry};
+use testkit::http::{BOT, put_entry, sse_events};
 use testkit::pubsub::entry;
 use testkit::standalone::Standalone;
 
@@ -131,23 +130,6 @@ async fn every_form_shows_the_current_version_also_of_items_stored_before_the_st
     assert_eq!(feed["items"][0]["content_text"], "new words");
 }
 
-/// Reads events from an event stream until `n` arrived: their ids, in order.
-async fn events(res: reqwest::Response, n: usize) -> Vec<String> {
-    let mut body = res.bytes_stream();
-    let (mut text, mut ids) = (String::new(), Vec::new());
-    while ids.len() < n {
-        let chunk = body.next().await.expect("the stream goes on").expect("bytes");
-        text.push_str(std::str::from_utf8(&chunk).unwrap());
-        while let Some(end) = text.find("\n\n") {
-            let event: String = text.drain(..end + 2).collect();
-            if let Some(id) = event.lines().find_map(|l| l.strip_prefix("id: ")) {
-                ids.push(id.to_string());
-            }
-        }
-    }
-    ids
-}
-
 #[tokio::test]
 async fn a_stream_reader_that_does_not_read_delays_no_other_and_catches_up_on_its_own() {
     let sf = Standalone::start("", &["live"], "");
@@ -174,7 +156,13 @@ async fn a_stream_reader_that_does_not_read_delays_no_other_and_catches_up_on_it
             }
         })
     };
-    let got = tokio::time::timeout(Duration::from_secs(60), events(fast, n)).await.expect("the fast reader is served");
+    let (mut fast, mut read) = (fast, String::new());
+    let got: Vec<String> = tokio::time::timeout(Duration::from_secs(60), sse_events(&mut fast, &mut read, n))
+        .await
+        .expect("the fast reader is served")
+        .into_iter()
+        .map(|(id, _, _)| id)
+        .collect();
     publishing.await.unwrap();
     assert_eq!(got.len(), n, "every item, once");
     let took = started.elapsed();
