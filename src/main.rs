@@ -32,6 +32,12 @@ enum Command {
     CheckConfig,
 }
 
+/// mimalloc instead of glibc's malloc: a held request, a woken long-poll and an event are
+/// many small short-lived allocations across worker threads, where glibc's arenas spent a
+/// third of the service's CPU (BENCHMARKS.md, "The HTTP face").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const AFTER_HELP: &str = "\
 ENVIRONMENT:
     SMARTFEEDS_SECRET   overrides component.secret
