@@ -72,6 +72,7 @@ impl<S: Store> Task<S> {
         let mut status = SourceStatus { location: location.to_string(), ..SourceStatus::default() };
         let (deliveries_tx, mut deliveries_rx) = mpsc::channel(DELIVERIES);
         let mut hub: Option<HubLink> = None;
+        let mut verifications = self.subscriber.as_ref().map(|s| s.verifications());
         loop {
             if !self.owned().await {
                 status.next_fetch = None;
@@ -128,16 +129,31 @@ impl<S: Store> Task<S> {
             status.next_fetch = Some(now.timestamp_millis() + delay.as_millis() as i64);
             self.svc.sources().set(&feed, status.clone());
             if let (Some(subscriber), Some(link)) = (&self.subscriber, &hub) {
-                let renew_before = self.source.interval * 2 + Duration::from_secs(60);
-                subscriber.ensure(&feed, &link.hub, &link.topic, renew_before, &deliveries_tx).await;
+                subscriber.ensure(&feed, &link.hub, &link.topic, &deliveries_tx).await;
             }
             // Until the next fetch: a ping cuts the wait short, deliveries from the hub are
-            // imported as they come.
+            // imported as they come, the subscription to the hub is renewed when its time
+            // comes.
             let next = tokio::time::Instant::now() + delay;
             loop {
+                // Seen before the renewal time is read: a verification after this wakes
+                // the wait below, to read it again.
+                if let Some(v) = verifications.as_mut() {
+                    v.borrow_and_update();
+                }
+                let renew = match (&self.subscriber, &hub) {
+                    (Some(subscriber), Some(_)) => subscriber.renew_at(&feed).map(tokio::time::Instant::from_std),
+                    _ => None,
+                };
                 tokio::select! {
                     _ = self.ping.notified() => break,
                     _ = tokio::time::sleep_until(next) => break,
+                    Some(()) = async { verifications.as_mut()?.changed().await.ok() } => {}
+                    _ = tokio::time::sleep_until(renew.unwrap_or(next)), if renew.is_some_and(|r| r < next) => {
+                        if let (Some(subscriber), Some(link)) = (&self.subscriber, &hub) {
+                            subscriber.ensure(&feed, &link.hub, &link.topic, &deliveries_tx).await;
+                        }
+                    }
                     Some(body) = deliveries_rx.recv() => {
                         let outcome = self.import_document(body, None).await;
                         self.metrics.fetch(if matches!(outcome, Outcome::Failed(_)) { "error" } else { "delivered" });
