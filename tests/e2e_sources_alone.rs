@@ -4,7 +4,8 @@
 //! 10,000-entry import, then a restart: every entry exactly once, in order. A source whose
 //! name resolves to a loopback address is never connected to unless `allow_private`.
 //! `check-config` names what is wrong with a source. A gzip-encoded source is decoded. The
-//! subscription to a source's own WebSub hub is renewed before its lease ends.
+//! subscription to a source's own WebSub hub is renewed before its lease ends. A source's
+//! validators and permanent move survive a restart.
 
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -311,4 +312,36 @@ async fn the_subscription_to_a_sources_hub_is_renewed_before_its_lease_ends_and_
     // Renewals are not fetches.
     assert_eq!(web.hits("/hubbed.xml").len(), 1);
     assert_eq!(web.hits("/hasty.xml").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_the_sources_validators_and_its_permanent_move() {
+    let web = SourceServer::start();
+    web.set("/old.xml", Doc::redirect(301, "/moved.xml"));
+    let mut doc = Doc::atom(&two_entries("kept"));
+    doc.headers.push(("last-modified".into(), "Mon, 01 Jan 2024 00:00:00 GMT".into()));
+    let etag = doc.etag.clone().unwrap();
+    web.set("/moved.xml", doc);
+    let tables = format!(
+        "[sources]\nallow_private = true\n[[feeds]]\nname = \"kept\"\nsource = \"{}\"\nsource_interval = 3600\n",
+        web.url("/old.xml")
+    );
+    let mut sf = Standalone::start("", &[], &tables);
+    until_total(&sf, "kept", 2).await;
+    // A ping: the fetch after the first one (whose state is saved by then) is conditional.
+    let form = [("hub.mode", "publish"), ("hub.url", &web.url("/old.xml"))];
+    let ping = reqwest::Client::new().post(format!("{}/hub", sf.base)).form(&form).send().await.unwrap();
+    assert_eq!(ping.status(), 204);
+    assert_eq!(web.wait_hits("/moved.xml", 2)[1].status, 304);
+
+    sf.stop_and_start();
+    // The first fetch after the restart goes to the new URL, conditionally.
+    let hits = web.wait_hits("/moved.xml", 3);
+    let header = |name: &str| hits[2].headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    assert_eq!(header("if-none-match"), etag);
+    assert_eq!(header("if-modified-since"), "Mon, 01 Jan 2024 00:00:00 GMT");
+    assert_eq!(hits[2].status, 304);
+    assert_eq!(web.hits("/old.xml").len(), 1, "the old URL is not asked again after the restart");
+    assert!(sf.log().contains("source fetched from where it moved permanently"), "{}", sf.log());
+    assert_eq!(total(&sf.base, "kept").await, 2);
 }

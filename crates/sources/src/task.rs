@@ -8,7 +8,7 @@ use crate::config::{Location, MAX_BACKOFF, Source};
 use crate::fetch::{Answer, Fetcher, Validators};
 use crate::history::{self, HistoryError};
 use crate::websub::Subscriber;
-use feed::ports::{Share, Store};
+use feed::ports::{Share, SourceState, Store};
 use feed::service::{Imported, Service, SourceStatus};
 use metrics::source::SourceMetrics;
 use std::sync::Arc;
@@ -73,6 +73,8 @@ impl<S: Store> Task<S> {
         let (deliveries_tx, mut deliveries_rx) = mpsc::channel(DELIVERIES);
         let mut hub: Option<HubLink> = None;
         let mut verifications = self.subscriber.as_ref().map(|s| s.verifications());
+        // What the store keeps of the source, as last read or saved.
+        let mut saved: Option<SourceState> = None;
         loop {
             if !self.owned().await {
                 status.next_fetch = None;
@@ -89,7 +91,9 @@ impl<S: Store> Task<S> {
                 }
             }
             status.idle = None;
+            self.load_state(&mut location, &mut validators, &mut saved).await;
             let outcome = self.fetch_once(&mut location, &mut validators, &mut hub).await;
+            self.save_state(&location, validators.as_ref(), &mut saved).await;
             self.metrics.fetch(outcome.label());
             let now = chrono::Utc::now();
             status.location = location.to_string();
@@ -175,6 +179,72 @@ impl<S: Store> Task<S> {
         match self.svc.feed_id(&self.source.feed).await {
             Ok(Some(id)) => share.owns(id),
             _ => false,
+        }
+    }
+
+    /// Takes where the source is fetched from and its validators from the store, as the last
+    /// fetch (by this process, an earlier one or another instance) left them: a restart goes
+    /// on with a conditional GET of the URL a permanent redirect moved it to. What was saved
+    /// for another configured URL is ignored. A store that cannot be read leaves them as they
+    /// are.
+    async fn load_state(
+        &self,
+        location: &mut Location,
+        validators: &mut Option<Validators>,
+        saved: &mut Option<SourceState>,
+    ) {
+        if !matches!(self.source.location, Location::Web(_)) {
+            return;
+        }
+        let state = match self.svc.source_state(&self.source.feed).await {
+            Ok(Some(state)) if state.configured == self.source.configured => state,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::debug!(feed = %self.source.feed, error = %e, "the source's saved state could not be read");
+                return;
+            }
+        };
+        if saved.as_ref() == Some(&state) {
+            return;
+        }
+        if let Ok(url) = url::Url::parse(&state.location) {
+            let moved = Location::Web(url);
+            if moved != *location {
+                tracing::info!(feed = %self.source.feed, source = %moved, "source fetched from where it moved permanently");
+            }
+            *location = moved;
+        }
+        *validators = (state.etag.is_some() || state.last_modified.is_some())
+            .then(|| Validators { etag: state.etag.clone(), last_modified: state.last_modified.clone() });
+        *saved = Some(state);
+    }
+
+    /// Saves where the source is fetched from and its validators, when they changed.
+    async fn save_state(&self, location: &Location, validators: Option<&Validators>, saved: &mut Option<SourceState>) {
+        if !matches!(location, Location::Web(_)) {
+            return;
+        }
+        let state = SourceState {
+            configured: self.source.configured.clone(),
+            location: location.to_string(),
+            etag: validators.and_then(|v| v.etag.clone()),
+            last_modified: validators.and_then(|v| v.last_modified.clone()),
+        };
+        let unchanged = saved.as_ref().map_or_else(
+            // Nothing saved yet and nothing worth saving: the source as configured, no validators.
+            || {
+                state.location == self.source.location.to_string()
+                    && state.etag.is_none()
+                    && state.last_modified.is_none()
+            },
+            |s| *s == state,
+        );
+        if unchanged {
+            return;
+        }
+        match self.svc.save_source_state(&self.source.feed, state.clone()).await {
+            Ok(()) => *saved = Some(state),
+            Err(e) => tracing::warn!(feed = %self.source.feed, error = %e, "the source's state could not be saved"),
         }
     }
 
