@@ -264,6 +264,24 @@ async fn a_gzip_encoded_source_is_decoded_and_imported() {
     assert!(!web.hits("/zipped.xml").last().unwrap().gzipped);
 }
 
+/// Waits until `hub` has had `n` subscription requests (`limit` at most); returns them.
+fn requests_within(
+    hub: &SourceHub,
+    n: usize,
+    limit: Duration,
+    sf: &Standalone,
+) -> Vec<testkit::source_hub::SubRequest> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let requests = hub.requests();
+        if requests.len() >= n {
+            return requests;
+        }
+        assert!(Instant::now() < deadline, "{n} requests not within {limit:?}: {requests:?}\n{}", sf.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_subscription_to_a_sources_hub_is_renewed_before_its_lease_ends_and_never_within_ten_seconds() {
     // Two sources, each naming a hub of its own: one grants 12-second leases, the other
@@ -291,7 +309,7 @@ async fn the_subscription_to_a_sources_hub_is_renewed_before_its_lease_ends_and_
     // The 12-second lease: asked again before it ends, with a fresh callback and secret,
     // and verified again.
     let lease_end = verified + Duration::from_secs(12);
-    let second = hub.wait_requests(2, Duration::from_secs(15))[1].clone();
+    let second = requests_within(&hub, 2, Duration::from_secs(15), &sf)[1].clone();
     assert!(
         second.at < lease_end,
         "renewed {:?} after the verification of a 12 s lease",
@@ -304,7 +322,7 @@ async fn the_subscription_to_a_sources_hub_is_renewed_before_its_lease_ends_and_
 
     // The 2-second lease: not asked again and again, but once ten seconds after it was
     // granted (it lapsed meanwhile: logged).
-    let requests = hasty.wait_requests(2, Duration::from_secs(15));
+    let requests = requests_within(&hasty, 2, Duration::from_secs(15), &sf);
     let gap = requests[1].at.duration_since(hasty_verified);
     assert!(gap > Duration::from_secs(8) && gap < Duration::from_secs(12), "renewed {gap:?} after verification");
     assert_eq!(hasty.requests().len(), 2, "one renewal: {:?}", hasty.requests());
@@ -344,4 +362,28 @@ async fn a_restart_keeps_the_sources_validators_and_its_permanent_move() {
     assert_eq!(web.hits("/old.xml").len(), 1, "the old URL is not asked again after the restart");
     assert!(sf.log().contains("source fetched from where it moved permanently"), "{}", sf.log());
     assert_eq!(total(&sf.base, "kept").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_source_with_a_hub_is_read_whole_once_and_subscribed_to_again() {
+    let hub = SourceHub::start(3600);
+    let web = SourceServer::start();
+    let mut doc = Doc::atom(&two_entries("again"));
+    doc.headers.push(("link".into(), format!("<{}>; rel=\"hub\"", hub.url)));
+    web.set("/again.xml", doc);
+    let tables = format!(
+        "[sources]\nallow_private = true\n[[feeds]]\nname = \"again\"\nsource = \"{}\"\nsource_interval = 3600\n",
+        web.url("/again.xml")
+    );
+    let mut sf = Standalone::start_public("", &[], &tables);
+    hub.wait_verified(1, Duration::from_secs(15));
+    sf.stop_and_start();
+    // The saved validators would make the first fetch a 304, which names no hub: it asks
+    // for the whole document, and subscribes again from the new process.
+    let requests = hub.wait_verified(2, Duration::from_secs(15));
+    assert_ne!(requests[1].callback, requests[0].callback);
+    let hits = web.hits("/again.xml");
+    assert_eq!(hits.len(), 2);
+    assert!(hits[1].headers.get("if-none-match").is_none() && hits[1].status == 200, "{:?}", hits[1]);
+    assert_eq!(total(&sf.base, "again").await, 2, "nothing imported twice");
 }

@@ -2,11 +2,13 @@
 //! §13): a private PostgreSQL server, the XMPP server `SMARTFEEDS_TEST_SERVER` selects, two
 //! instances of the real binary with one configuration, and a web server of feed documents
 //! on loopback. The source is fetched once per interval, by the instance holding its feed's
-//! push shard, not by both; when that instance is killed the survivor fetches it.
+//! push shard, not by both; when that instance is killed the survivor fetches it. Only the
+//! instance that fetches a source subscribes at the source's own hub.
 
 use std::time::{Duration, Instant};
-use testkit::instances::{fresh_database, instance_on, pushing_pid};
+use testkit::instances::{fresh_database, instance_on, instance_with, pushing_pid};
 use testkit::process::free_port;
+use testkit::source_hub::SourceHub;
 use testkit::source_server::{Doc, SourceServer};
 use testkit::start_selected;
 
@@ -54,4 +56,61 @@ async fn one_instance_fetches_a_source_per_interval_and_the_survivor_takes_over(
     assert!(third > killed_at, "the third fetch came after the kill");
     let new_owner = pushing_pid(&url, "web", store_postgres::push_shards::SHARDS).await;
     assert_eq!(new_owner, survivor_pid, "the survivor holds the shard and fetches");
+}
+
+/// `POST BASE/hub` with `hub.mode=publish` naming `source`, at the instance on `port`.
+async fn ping(port: u16, source: &str) {
+    let form = [("hub.mode", "publish"), ("hub.url", source)];
+    let res = reqwest::Client::new().post(format!("http://127.0.0.1:{port}/hub")).form(&form).send().await.unwrap();
+    assert_eq!(res.status(), 204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_instance_that_fetches_a_source_subscribes_at_its_hub() {
+    let hub = SourceHub::start(3600);
+    let web = SourceServer::start();
+    let body = "<feed xmlns='http://www.w3.org/2005/Atom'><title>h</title>\
+                <entry><id>urn:h:1</id><title>one</title><updated>2024-01-01T00:00:00Z</updated></entry></feed>";
+    let mut doc = Doc::atom(body);
+    doc.headers.push(("link".into(), format!("<{}>; rel=\"hub\"", hub.url)));
+    web.set("/hubbed.xml", doc);
+    let source = web.url("/hubbed.xml");
+    let host = start_selected();
+    let url = fresh_database().await;
+    let tables = format!(
+        "[sources]\nallow_private = true\n[[feeds]]\nname = \"hubbed\"\nsource = \"{source}\"\nsource_interval = 3600\n"
+    );
+    let servers = [host.component_addr()];
+    let ports = [free_port(), free_port()];
+    let base = |port: u16| format!("http://127.0.0.1:{port}");
+    let settings = ports.map(|port| format!("base_url = \"{}\"\n", base(port)));
+    let mut a = instance_with(&host, &url, &servers, ports[0], &settings[0], &tables).await;
+    let mut b = instance_with(&host, &url, &servers, ports[1], &settings[1], &tables).await;
+
+    // The fetching instance subscribes; its callback is under its own base URL.
+    let first = hub.wait_verified(1, Duration::from_secs(20))[0].clone();
+    let owner = pushing_pid(&url, "hubbed", store_postgres::push_shards::SHARDS).await.expect("an owner");
+    let (owner_port, other_port) = if a.pid() == Some(owner) { (ports[0], ports[1]) } else { (ports[1], ports[0]) };
+    assert!(first.callback.starts_with(&format!("{}/sources/", base(owner_port))), "{first:?}");
+
+    // The other instance serves pings (it fetches) but does not subscribe. Its second fetch
+    // comes after the first one's subscription would have been asked for.
+    for n in 2..=3 {
+        ping(other_port, &source).await;
+        web.wait_hits("/hubbed.xml", n);
+    }
+    assert_eq!(hub.requests().len(), 1, "one subscription, the owner's: {:?}", hub.requests());
+
+    // The owner goes: the survivor fetches and subscribes, under its own base URL.
+    let survivor = if a.pid() == Some(owner) {
+        a.kill();
+        b.pid()
+    } else {
+        b.kill();
+        a.pid()
+    };
+    let requests = hub.wait_verified(2, Duration::from_secs(25));
+    assert!(requests[1].callback.starts_with(&format!("{}/sources/", base(other_port))), "{requests:?}");
+    assert_eq!(pushing_pid(&url, "hubbed", store_postgres::push_shards::SHARDS).await, survivor);
+    assert_eq!(hub.requests().len(), 2, "{:?}", hub.requests());
 }

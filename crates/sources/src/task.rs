@@ -72,27 +72,44 @@ impl<S: Store> Task<S> {
         let mut status = SourceStatus { location: location.to_string(), ..SourceStatus::default() };
         let (deliveries_tx, mut deliveries_rx) = mpsc::channel(DELIVERIES);
         let mut hub: Option<HubLink> = None;
+        // Whether a document was read since the process started, and so `hub` is known.
+        let mut hub_read = false;
         let mut verifications = self.subscriber.as_ref().map(|s| s.verifications());
         // What the store keeps of the source, as last read or saved.
         let mut saved: Option<SourceState> = None;
+        // Whether this instance fetched the source last time round (and so may hold a
+        // subscription at its hub); whether a ping ended the last wait.
+        let (mut was_owner, mut pinged) = (false, false);
         loop {
-            if !self.owned().await {
+            let owner = self.owned().await;
+            if owner {
+                was_owner = true;
+            } else {
+                if std::mem::take(&mut was_owner)
+                    && let Some(subscriber) = &self.subscriber
+                {
+                    // Another instance fetches it now, and subscribes at the hub itself.
+                    subscriber.leave(&feed).await;
+                }
                 status.next_fetch = None;
                 status.idle = Some("fetched by another instance".into());
                 self.svc.sources().set(&feed, status.clone());
                 // A ping is served by whoever receives it: the import is the same
                 // transaction on any instance, so fetching twice publishes nothing twice.
-                let pinged = tokio::select! {
-                    _ = self.ping.notified() => true,
-                    _ = tokio::time::sleep(SHARE_RECHECK) => false,
-                };
-                if !pinged {
-                    continue;
+                if !std::mem::take(&mut pinged) {
+                    let ping = tokio::select! {
+                        _ = self.ping.notified() => true,
+                        _ = tokio::time::sleep(SHARE_RECHECK) => false,
+                    };
+                    if !ping {
+                        continue;
+                    }
                 }
             }
+            pinged = false;
             status.idle = None;
             self.load_state(&mut location, &mut validators, &mut saved).await;
-            let outcome = self.fetch_once(&mut location, &mut validators, &mut hub).await;
+            let outcome = self.fetch_once(&mut location, &mut validators, &mut hub, &mut hub_read).await;
             self.save_state(&location, validators.as_ref(), &mut saved).await;
             self.metrics.fetch(outcome.label());
             let now = chrono::Utc::now();
@@ -132,9 +149,13 @@ impl<S: Store> Task<S> {
             };
             status.next_fetch = Some(now.timestamp_millis() + delay.as_millis() as i64);
             self.svc.sources().set(&feed, status.clone());
-            if let (Some(subscriber), Some(link)) = (&self.subscriber, &hub) {
+            // Only the instance that fetches the source subscribes at its hub: one subscription,
+            // not one per instance that served a ping.
+            if let (true, Some(subscriber), Some(link)) = (owner, &self.subscriber, &hub) {
                 subscriber.ensure(&feed, &link.hub, &link.topic, &deliveries_tx).await;
             }
+            // An instance that does not fetch the source looks again soon whether it should.
+            let delay = if owner { delay } else { delay.min(SHARE_RECHECK) };
             // Until the next fetch: a ping cuts the wait short, deliveries from the hub are
             // imported as they come, the subscription to the hub is renewed when its time
             // comes.
@@ -145,12 +166,15 @@ impl<S: Store> Task<S> {
                 if let Some(v) = verifications.as_mut() {
                     v.borrow_and_update();
                 }
-                let renew = match (&self.subscriber, &hub) {
-                    (Some(subscriber), Some(_)) => subscriber.renew_at(&feed).map(tokio::time::Instant::from_std),
+                let renew = match (owner, &self.subscriber, &hub) {
+                    (true, Some(subscriber), Some(_)) => subscriber.renew_at(&feed).map(tokio::time::Instant::from_std),
                     _ => None,
                 };
                 tokio::select! {
-                    _ = self.ping.notified() => break,
+                    _ = self.ping.notified() => {
+                        pinged = true;
+                        break;
+                    }
                     _ = tokio::time::sleep_until(next) => break,
                     Some(()) = async { verifications.as_mut()?.changed().await.ok() } => {}
                     _ = tokio::time::sleep_until(renew.unwrap_or(next)), if renew.is_some_and(|r| r < next) => {
@@ -261,15 +285,20 @@ impl<S: Store> Task<S> {
     }
 
     /// One fetch: the document (conditionally), its history when needed, one import. Notes
-    /// the hub the document names in `hub`.
+    /// the hub the document names in `hub`, and that it is known in `hub_read`. Where the
+    /// source's hub could be subscribed to and no document was read yet (validators saved
+    /// by an earlier process or another instance would make it a `304`, which names no
+    /// hub), the fetch asks for the whole document.
     async fn fetch_once(
         &self,
         location: &mut Location,
         validators: &mut Option<Validators>,
         hub: &mut Option<HubLink>,
+        hub_read: &mut bool,
     ) -> Outcome {
         let feed = &self.source.feed;
-        let fetched = match self.fetcher.fetch(location, validators.as_ref()).await {
+        let conditional = if self.subscriber.is_none() || *hub_read { validators.as_ref() } else { None };
+        let fetched = match self.fetcher.fetch(location, conditional).await {
             Ok(f) => f,
             Err(e) => return Outcome::Failed(e.to_string()),
         };
@@ -292,6 +321,7 @@ impl<S: Store> Task<S> {
         if url.scheme() != "file" {
             let found = header_hub.or_else(|| doc.hub.clone()).and_then(|h| url.join(&h).ok());
             let topic = header_topic.or_else(|| doc.self_link.clone()).and_then(|t| url.join(&t).ok());
+            *hub_read = true;
             *hub = found.map(|h| HubLink {
                 hub: h.to_string(),
                 topic: topic.map_or_else(|| url.to_string(), |t| t.to_string()),

@@ -14,6 +14,13 @@
 //!
 //! A new subscription gets a new key and secret; once the hub verifies it, the feed's older
 //! ones are forgotten (their deliveries then find no key and are ignored).
+//!
+//! Several instances on PostgreSQL: only the instance that fetches a source (the one
+//! holding its feed's push shard) subscribes at its hub; one that served a ping does not.
+//! An instance that stops fetching it (the shard moved) unsubscribes ([`Subscriber::leave`])
+//! and the new one subscribes after its first fetch. An instance that dies cannot
+//! unsubscribe: its subscription lasts until its lease ends, and the hub's deliveries to it
+//! fail meanwhile (the survivor's own subscription carries the updates).
 
 use hmac::{Hmac, Mac};
 use sha2::{Sha256, Sha384, Sha512};
@@ -41,6 +48,8 @@ struct Sub {
     asked: Instant,
     until: Option<Instant>,
     renew: Option<Instant>,
+    /// Being unsubscribed: the hub's verification of that is agreed to, deliveries ignored.
+    leaving: bool,
     deliveries: mpsc::Sender<Vec<u8>>,
 }
 
@@ -82,8 +91,11 @@ impl Subscriber {
         let secret = random_hex();
         {
             let Ok(mut subs) = self.subs.lock() else { return };
+            // Unsubscriptions the hub never verified are not waited for any longer.
+            subs.retain(|_, s| !(s.leaving && now.duration_since(s.asked) >= PENDING));
             let current = subs.values().any(|s| {
-                s.feed == feed
+                !s.leaving
+                    && s.feed == feed
                     && s.hub == hub
                     && s.topic == topic
                     && match s.renew {
@@ -104,6 +116,7 @@ impl Subscriber {
                     asked: now,
                     until: None,
                     renew: None,
+                    leaving: false,
                     deliveries: deliveries.clone(),
                 },
             );
@@ -146,8 +159,16 @@ impl Subscriber {
     pub fn verify(&self, key: &str, mode: &str, topic: &str, lease: Option<u64>) -> bool {
         let Ok(mut subs) = self.subs.lock() else { return false };
         let Some(sub) = subs.get_mut(key) else { return false };
-        if mode != "subscribe" || sub.topic != topic {
+        if sub.topic != topic {
             return false;
+        }
+        if sub.leaving || mode != "subscribe" {
+            let agreed = sub.leaving && mode == "unsubscribe";
+            if agreed {
+                tracing::info!(feed = %sub.feed, topic, "unsubscribed from the source's hub");
+                subs.remove(key);
+            }
+            return agreed;
         }
         let lease = Duration::from_secs(lease.unwrap_or(LEASE).min(LEASE * 10));
         let now = Instant::now();
@@ -178,7 +199,7 @@ impl Subscriber {
     pub fn renew_at(&self, feed: &str) -> Option<Instant> {
         let now = Instant::now();
         let subs = self.subs.lock().ok()?;
-        let mine = || subs.values().filter(|s| s.feed == feed);
+        let mine = || subs.values().filter(|s| s.feed == feed && !s.leaving);
         // A lease in force, or one shorter than MIN_RENEWAL that lapsed before its renewal.
         let held = |s: &&Sub| s.until.is_some_and(|u| u > now) || s.renew.is_some_and(|r| r > now);
         let renew = mine().filter(held).filter_map(|s| s.renew).min()?;
@@ -186,11 +207,52 @@ impl Subscriber {
         Some(pending.map_or(renew, |p| p.max(renew)))
     }
 
+    /// Unsubscribes `feed` from its hub: each of its subscriptions is asked to end
+    /// (`hub.mode=unsubscribe`) and takes no more deliveries; the hub's verification of the
+    /// unsubscription is agreed to. What the instance does when it stops fetching the source.
+    pub async fn leave(&self, feed: &str) {
+        let now = Instant::now();
+        let leaving: Vec<(String, String, String)> = {
+            let Ok(mut subs) = self.subs.lock() else { return };
+            subs.iter_mut()
+                .filter(|(_, s)| s.feed == feed && !s.leaving)
+                .map(|(key, s)| {
+                    s.leaving = true;
+                    s.asked = now;
+                    (key.clone(), s.hub.clone(), s.topic.clone())
+                })
+                .collect()
+        };
+        for (key, hub, topic) in leaving {
+            let callback = format!("{}/sources/{key}", self.base);
+            let form =
+                [("hub.mode", "unsubscribe"), ("hub.topic", topic.as_str()), ("hub.callback", callback.as_str())];
+            let answer = match self.client.post(&hub) {
+                Ok(req) => req.form(&form).send().await.map(|r| r.status()).map_err(|e| e.to_string()),
+                Err(refused) => Err(format!("the hub URL {refused}")),
+            };
+            match answer {
+                Ok(status) if status.is_success() => {
+                    tracing::info!(
+                        feed,
+                        hub,
+                        topic,
+                        "asked the source's hub to end a subscription: another instance fetches it"
+                    )
+                }
+                other => {
+                    let why = other.map_or_else(|e| e, |s| format!("answered {s}"));
+                    tracing::warn!(feed, hub, error = %why, "the source's hub did not take an unsubscription; its lease runs out");
+                }
+            }
+        }
+    }
+
     /// A delivery to `key`: handed to the source's task when its signature checks with the
     /// subscription's secret; ignored otherwise.
     pub fn deliver(&self, key: &str, signature: Option<&str>, body: &[u8]) {
         let Ok(subs) = self.subs.lock() else { return };
-        let Some(sub) = subs.get(key) else { return };
+        let Some(sub) = subs.get(key).filter(|s| !s.leaving) else { return };
         if !signature.is_some_and(|s| signed(&sub.secret, s, body)) {
             tracing::warn!(feed = %sub.feed, "a delivery from the source's hub without a good signature; ignored");
             return;
