@@ -200,8 +200,10 @@ impl Subscriber {
         let now = Instant::now();
         let subs = self.subs.lock().ok()?;
         let mine = || subs.values().filter(|s| s.feed == feed && !s.leaving);
-        // A lease in force, or one shorter than MIN_RENEWAL that lapsed before its renewal.
-        let held = |s: &&Sub| s.until.is_some_and(|u| u > now) || s.renew.is_some_and(|r| r > now);
+        // A lease in force, or one that lapsed before its renewal (shorter than MIN_RENEWAL)
+        // whose renewal is due and not yet asked for: a wait that something else ended just
+        // as it came must not lose it.
+        let held = |s: &&Sub| s.until.is_some_and(|u| u > now) || s.renew.is_some_and(|r| r + PENDING > now);
         let renew = mine().filter(held).filter_map(|s| s.renew).min()?;
         let pending = mine().filter(|s| s.until.is_none()).map(|s| s.asked + PENDING).max();
         Some(pending.map_or(renew, |p| p.max(renew)))
@@ -317,6 +319,40 @@ mod tests {
         assert_eq!(renewal_after(s(12)), MIN_RENEWAL);
         assert_eq!(renewal_after(s(2)), MIN_RENEWAL);
         assert_eq!(renewal_after(s(0)), MIN_RENEWAL);
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_lease_whose_renewal_is_due_keeps_its_renewal_time() {
+        let guard = outbound::Guard::new(&outbound::OutboundConfig::default(), true).unwrap();
+        let client = outbound::Client::new(guard, Duration::from_secs(1), 1, "test").unwrap();
+        let subscriber = Subscriber::new("http://127.0.0.1:1", client, 1024);
+        let (tx, _rx) = mpsc::channel(1);
+        let now = Instant::now();
+        let ago = |d: u64| now.checked_sub(Duration::from_millis(d)).unwrap();
+        let sub = |feed: &str, until: Instant, renew: Instant| Sub {
+            feed: feed.into(),
+            hub: "http://hub/".into(),
+            topic: "http://topic/".into(),
+            secret: "s".into(),
+            asked: ago(20_000),
+            until: Some(until),
+            renew: Some(renew),
+            leaving: false,
+            deliveries: tx.clone(),
+        };
+        {
+            let mut subs = subscriber.subs.lock().unwrap();
+            // A 2-second lease verified 10 s ago: lapsed, its renewal just due.
+            subs.insert("a".into(), sub("due", ago(8_000), ago(5)));
+            // Lapsed long ago, its renewal time long past: nothing to renew any more.
+            subs.insert("b".into(), sub("gone", ago(200_000), ago(190_000)));
+            // In force.
+            subs.insert("c".into(), sub("held", now + Duration::from_secs(60), now + Duration::from_secs(30)));
+        }
+        assert_eq!(subscriber.renew_at("due"), Some(ago(5)), "still due: a wait that missed it fires at once");
+        assert_eq!(subscriber.renew_at("gone"), None);
+        assert_eq!(subscriber.renew_at("held"), Some(now + Duration::from_secs(30)));
+        assert_eq!(subscriber.renew_at("other"), None);
     }
 
     #[test]
