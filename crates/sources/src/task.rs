@@ -80,6 +80,9 @@ impl<S: Store> Task<S> {
         // Whether this instance fetched the source last time round (and so may hold a
         // subscription at its hub); whether a ping ended the last wait.
         let (mut was_owner, mut pinged) = (false, false);
+        // Changes of the shares: an instance that stops fetching the source learns it while
+        // it waits, not only at its next fetch (and leaves the source's hub at once).
+        let mut share = self.share.clone();
         loop {
             let owner = self.owned().await;
             if owner {
@@ -177,6 +180,11 @@ impl<S: Store> Task<S> {
                     }
                     _ = tokio::time::sleep_until(next) => break,
                     Some(()) = async { verifications.as_mut()?.changed().await.ok() } => {}
+                    Some(()) = async { share.as_mut()?.changed().await.ok() } => {
+                        if owner && !self.owned().await {
+                            break;
+                        }
+                    }
                     _ = tokio::time::sleep_until(renew.unwrap_or(next)), if renew.is_some_and(|r| r < next) => {
                         if let (Some(subscriber), Some(link)) = (&self.subscriber, &hub) {
                             subscriber.ensure(&feed, &link.hub, &link.topic, &deliveries_tx).await;
