@@ -3,15 +3,19 @@
 //! `[sources] allow_private = true` because it is on 127.0.0.1). Atom, RSS 2.0 and JSON Feed
 //! sources pulled over both faces; the delta pushed over XMPP, SSE and WebSub, and nothing
 //! pushed for unchanged fetches; archives imported on a first fetch and walked back after a
-//! burst; pings; bad sources logged, retried or stopped while everything else goes on.
+//! burst; pings; bad sources logged, retried or stopped while everything else goes on; a
+//! failing source's backoff, doubling from its interval, and its recovery; a loopback source
+//! refused without `allow_private`.
 
 use serde_json::Value;
 use std::time::{Duration, Instant};
+use testkit::dns::Dns;
 use testkit::http::{BOT, HttpFixture, http_table, put_entry, sse_events};
 use testkit::pubsub::{entry, walk};
 use testkit::push::{assert_no_message, next_push, subscribe as xmpp_subscribe};
 use testkit::smartfeeds::bot_feeds;
-use testkit::source_server::{Doc, SourceServer};
+use testkit::smartfeeds::{assert_refused, check_config, run_bin};
+use testkit::source_server::{Doc, Hit, SourceServer};
 use testkit::websub::{Callback, entry_ids, subscribed};
 use testkit::{Client, Shared};
 
@@ -23,6 +27,9 @@ struct Sources {
 }
 
 static SHARED: Shared<Sources> = Shared::new();
+
+/// The interval of the source whose backoff is watched, seconds: the least allowed.
+const BACKOFF_INTERVAL: u64 = 30;
 
 /// One source entry: `n` orders them in time (day `n` of 2024), newest first in documents.
 struct E<'a> {
@@ -123,12 +130,17 @@ fn sources() -> &'static Sources {
             ("bgone", "/gone.xml"),
             ("moved", "/old.xml"),
         ];
-        let feeds: String = configured
+        let mut feeds: String = configured
             .iter()
             .map(|(name, path)| {
                 format!("[[feeds]]\nname = \"{name}\"\nsource = \"{}\"\nsource_interval = 3600\n", web.url(path))
             })
             .collect();
+        // The source whose backoff is watched: the shortest interval allowed.
+        feeds.push_str(&format!(
+            "[[feeds]]\nname = \"backoff\"\nsource = \"{}\"\nsource_interval = {BACKOFF_INTERVAL}\n",
+            web.url("/backoff.xml")
+        ));
         let metrics = testkit::process::free_port();
         let fx = HttpFixture::start(|port| {
             format!(
@@ -404,6 +416,7 @@ fn bad_sources(web: &SourceServer) {
     web.set("/loop1", Doc::redirect(302, "/loop2"));
     web.set("/loop2", Doc::redirect(302, "/loop1"));
     web.set("/gone.xml", Doc::status(410));
+    web.set("/backoff.xml", Doc::status(500));
     web.set("/old.xml", Doc::redirect(301, "/new.xml"));
     web.set("/new.xml", Doc::atom(&atom(&[atom_entry(&THREE[0])], "")));
 }
@@ -493,4 +506,118 @@ async fn list_feeds_and_metrics_show_each_sources_state() {
     let atom_success = value("smartfeeds_source_last_success_timestamp_seconds{feed=\"atom\"}");
     assert!(atom_success > 1.7e9, "{text}");
     assert_eq!(value("smartfeeds_source_last_success_timestamp_seconds{feed=\"b500\"}"), 0.0);
+}
+
+/// `feed`'s row in `list-feeds`, asked as the admin.
+async fn list_feeds_row(admin: &mut Client, feed: &str) -> String {
+    let reply = admin.iq(testkit::adhoc::command("list-feeds", None)).await;
+    let rows = testkit::adhoc::values(&reply, "feeds");
+    rows.iter().find(|r| r.starts_with(&format!("{feed}:"))).cloned().unwrap_or_default()
+}
+
+/// The "next fetch" time of a `list-feeds` row.
+fn next_fetch(row: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let at = row.find("next fetch ")? + "next fetch ".len();
+    let text = row.get(at..at + 20)?;
+    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%SZ").ok().map(|t| t.and_utc())
+}
+
+/// When a request arrived, by the wall clock.
+fn wall(hit: &Hit) -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now() - chrono::Duration::from_std(hit.at.elapsed()).unwrap()
+}
+
+/// Waits until `feed`'s row says its next fetch is `after` a fetch at `hit`, to the second
+/// (10 s at most: the row changes once that fetch has ended); returns the row.
+async fn next_fetch_after(admin: &mut Client, feed: &str, hit: &Hit, after: Duration) -> String {
+    let want = wall(hit) + chrono::Duration::from_std(after).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = list_feeds_row(admin, feed).await;
+        if next_fetch(&row).is_some_and(|next| (next - want).num_milliseconds().abs() <= 2000) {
+            return row;
+        }
+        assert!(Instant::now() < deadline, "the next fetch of {feed} is not {after:?} after {hit:?}, {want}: {row}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_failing_source_backs_off_doubling_from_its_interval_logs_once_and_recovers() {
+    let sh = sources();
+    let path = "/backoff.xml";
+    let interval = Duration::from_secs(BACKOFF_INTERVAL);
+    // The first failure, then the first retry an interval later (nothing pings it).
+    let first = sh.web.wait_hits(path, 1)[0].clone();
+    let hits = sh.web.wait_hits_within(path, 2, interval + Duration::from_secs(15));
+    let gap = hits[1].at.duration_since(first.at);
+    assert!(gap >= interval - Duration::from_millis(500) && gap < interval + Duration::from_secs(5), "{gap:?}");
+    assert_eq!(hits[1].status, 500);
+    // After the second failure the next fetch is two intervals away; list-feeds says why.
+    let mut admin: Client = sh.fx.fx.server.login("admin").await;
+    let row = next_fetch_after(&mut admin, "backoff", &hits[1], 2 * interval).await;
+    assert!(row.contains("last success never") && row.contains("last error: answered 500"), "{row}");
+    // A ping fetches at once; after the third failure the next fetch is four intervals away.
+    assert_eq!(ping(&[&sh.web.url(path)]).await, 204);
+    let hits = sh.web.wait_hits(path, 3);
+    next_fetch_after(&mut admin, "backoff", &hits[2], 4 * interval).await;
+    // Three failures, one log line: it is logged once per change of state.
+    let failed = log().lines().filter(|l| l.contains("feed=backoff") && l.contains("source fetch failed")).count();
+    assert_eq!(failed, 1, "{}", log());
+
+    // The source answers again: its entries are imported, the error is cleared, and the
+    // next fetch is an interval away again.
+    sh.web.set(path, Doc::atom(&atom(&THREE[1..].iter().map(atom_entry).collect::<Vec<_>>(), "")));
+    assert_eq!(ping(&[&sh.web.url(path)]).await, 204);
+    until_items("/feeds/backoff/", 2).await;
+    let hits = sh.web.wait_hits(path, 4);
+    assert_eq!(hits[3].status, 200);
+    let row = next_fetch_after(&mut admin, "backoff", &hits[3], interval).await;
+    assert!(row.contains("last success 20") && !row.contains("last error"), "{row}");
+    let recovered = log().lines().filter(|l| l.contains("feed=backoff") && l.contains("fetched again")).count();
+    assert_eq!(recovered, 1, "{}", log());
+    admin.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_source_is_refused_without_allow_private() {
+    let web = SourceServer::start();
+    web.set("/private.xml", Doc::atom(&atom(&[atom_entry(&THREE[0])], "")));
+    // Written as 127.0.0.1: check-config names the feed and why, and smartfeeds does not
+    // start on such a configuration.
+    let config = format!(
+        "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\n[[feeds]]\nname = \"private\"\nsource = \"{}\"\n",
+        web.url("/private.xml")
+    );
+    let (out, dir) = check_config(&config, &[]);
+    assert_refused(&out, &["feeds.private", "loopback", "allow_private"]);
+    let out = run_bin(dir.path(), &["--config", "smartfeeds.toml"], &[]);
+    assert_refused(&out, &["feeds.private", "allow_private"]);
+
+    // Through a name that resolves to 127.0.0.1: smartfeeds runs, refuses the address when
+    // it connects, logs why, and list-feeds shows it.
+    let dns = Dns::start().await;
+    dns.answer("private.example", &["127.0.0.1"]);
+    let web_port = web.base.rsplit(':').next().unwrap().to_string();
+    let fx = HttpFixture::start(|port| {
+        format!(
+            "{}[outbound]\nnameservers = [\"{}\"]\n[[feeds]]\nname = \"private\"\n\
+             source = \"http://private.example:{web_port}/private.xml\"\nsource_interval = 3600\n",
+            http_table(port, "", &["bot"]),
+            dns.addr
+        )
+    });
+    let log = || std::fs::read_to_string(fx.fx.feeds.log_path()).unwrap_or_default();
+    until("the refusal logged", || log().contains("source fetch failed")).await;
+    let line = log().lines().find(|l| l.contains("source fetch failed")).unwrap_or_default().to_string();
+    assert!(line.contains("feed=private") && line.contains("resolves to a private"), "{line}");
+    let mut admin: Client = fx.fx.server.login("admin").await;
+    let row = list_feeds_row(&mut admin, "private").await;
+    assert!(
+        row.contains("last success never") && row.contains("last error: ") && row.contains("resolves to a private"),
+        "{row}"
+    );
+    admin.close().await;
+    assert!(!dns.answered("private.example").is_empty(), "the name was resolved");
+    assert!(web.hits("/private.xml").is_empty(), "the loopback server was reached");
 }

@@ -3,12 +3,15 @@
 //! controls on loopback, and the test's own DNS server. A SIGKILL in the middle of a
 //! 10,000-entry import, then a restart: every entry exactly once, in order. A source whose
 //! name resolves to a loopback address is never connected to unless `allow_private`.
-//! `check-config` names what is wrong with a source.
+//! `check-config` names what is wrong with a source. A gzip-encoded source is decoded. The
+//! subscription to a source's own WebSub hub is renewed before its lease ends. A source's
+//! validators and permanent move survive a restart.
 
 use serde_json::Value;
 use std::time::{Duration, Instant};
 use testkit::dns::Dns;
 use testkit::smartfeeds::{assert_accepted, assert_refused, check_config};
+use testkit::source_hub::SourceHub;
 use testkit::source_server::{Doc, SourceServer};
 use testkit::standalone::Standalone;
 
@@ -213,4 +216,174 @@ async fn a_source_whose_hub_is_another_smartfeeds_delivers_new_entries_within_a_
     assert_eq!(res.status(), 202);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(total(&down.base, "down").await, 3, "the forged entry is not imported");
+}
+
+fn two_entries(prefix: &str) -> String {
+    format!(
+        "<feed xmlns='http://www.w3.org/2005/Atom'><title>{prefix}</title>\
+         <entry><id>urn:{prefix}:2</id><title>{prefix} two</title><updated>2024-01-02T00:00:00Z</updated></entry>\
+         <entry><id>urn:{prefix}:1</id><title>{prefix} one</title><updated>2024-01-01T00:00:00Z</updated></entry></feed>"
+    )
+}
+
+async fn until_total(sf: &Standalone, feed: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while total(&sf.base, feed).await < n {
+        assert!(Instant::now() < deadline, "{feed} did not reach {n} items:\n{}", sf.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzip_encoded_source_is_decoded_and_imported() {
+    let web = SourceServer::start();
+    let body = two_entries("zipped");
+    let mut doc = Doc::atom(&body);
+    doc.gzip = true;
+    web.set("/zipped.xml", doc);
+    let tables = format!(
+        "[sources]\nallow_private = true\n[[feeds]]\nname = \"zipped\"\nsource = \"{}\"\nsource_interval = 3600\n",
+        web.url("/zipped.xml")
+    );
+    let sf = Standalone::start("", &[], &tables);
+    until_total(&sf, "zipped", 2).await;
+    let hit = &web.hits("/zipped.xml")[0];
+    let accepted = hit.headers.get("accept-encoding").and_then(|v| v.to_str().ok()).unwrap_or("");
+    assert!(accepted.contains("gzip"), "smartfeeds asks for gzip: {accepted:?}");
+    assert!(hit.gzipped, "the document was sent compressed");
+    let doc: Value =
+        reqwest::get(format!("{}/feeds/zipped/?order=created", sf.base)).await.unwrap().json().await.unwrap();
+    let titles: Vec<&str> = doc["items"].as_array().unwrap().iter().map(|i| i["title"].as_str().unwrap()).collect();
+    assert_eq!(titles, ["zipped one", "zipped two"]);
+    // The server compresses only for a request that allows it: a request for the identity
+    // encoding gets the document as is.
+    let plain =
+        reqwest::Client::new().get(web.url("/zipped.xml")).header("accept-encoding", "identity").send().await.unwrap();
+    assert!(plain.headers().get("content-encoding").is_none());
+    assert_eq!(plain.text().await.unwrap(), body);
+    assert!(!web.hits("/zipped.xml").last().unwrap().gzipped);
+}
+
+/// Waits until `hub` has had `n` subscription requests (`limit` at most); returns them.
+fn requests_within(
+    hub: &SourceHub,
+    n: usize,
+    limit: Duration,
+    sf: &Standalone,
+) -> Vec<testkit::source_hub::SubRequest> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let requests = hub.requests();
+        if requests.len() >= n {
+            return requests;
+        }
+        assert!(Instant::now() < deadline, "{n} requests not within {limit:?}: {requests:?}\n{}", sf.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscription_to_a_sources_hub_is_renewed_before_its_lease_ends_and_never_within_ten_seconds() {
+    // Two sources, each naming a hub of its own: one grants 12-second leases, the other
+    // 2-second ones (shorter than the soonest renewal).
+    let (hub, hasty) = (SourceHub::start(12), SourceHub::start(2));
+    let web = SourceServer::start();
+    for (path, hub) in [("/hubbed.xml", &hub), ("/hasty.xml", &hasty)] {
+        let mut doc = Doc::atom(&two_entries(&path[1..path.len() - 4]));
+        doc.headers.push(("link".into(), format!("<{}>; rel=\"hub\"", hub.url)));
+        web.set(path, doc);
+    }
+    let tables = format!(
+        "[sources]\nallow_private = true\n\
+         [[feeds]]\nname = \"hubbed\"\nsource = \"{}\"\nsource_interval = 3600\n\
+         [[feeds]]\nname = \"hasty\"\nsource = \"{}\"\nsource_interval = 3600\n",
+        web.url("/hubbed.xml"),
+        web.url("/hasty.xml")
+    );
+    let sf = Standalone::start_public("", &[], &tables);
+    let first = hub.wait_verified(1, Duration::from_secs(15))[0].clone();
+    assert_eq!((first.mode.as_str(), first.topic.as_str()), ("subscribe", web.url("/hubbed.xml").as_str()));
+    let verified = first.verified.unwrap();
+    let hasty_verified = hasty.wait_verified(1, Duration::from_secs(15))[0].verified.unwrap();
+
+    // The 12-second lease: asked again before it ends, with a fresh callback and secret,
+    // and verified again.
+    let lease_end = verified + Duration::from_secs(12);
+    let second = requests_within(&hub, 2, Duration::from_secs(15), &sf)[1].clone();
+    assert!(
+        second.at < lease_end,
+        "renewed {:?} after the verification of a 12 s lease",
+        second.at.duration_since(verified)
+    );
+    assert!(second.at > verified + Duration::from_secs(8), "renewed at once, not as the lease runs out");
+    assert_ne!(second.callback, first.callback);
+    assert_ne!(second.secret, first.secret);
+    hub.wait_verified(2, Duration::from_secs(5));
+
+    // The 2-second lease: not asked again and again, but once ten seconds after it was
+    // granted (it lapsed meanwhile: logged).
+    let requests = requests_within(&hasty, 2, Duration::from_secs(15), &sf);
+    let gap = requests[1].at.duration_since(hasty_verified);
+    assert!(gap > Duration::from_secs(8) && gap < Duration::from_secs(12), "renewed {gap:?} after verification");
+    assert_eq!(hasty.requests().len(), 2, "one renewal: {:?}", hasty.requests());
+    assert!(sf.log().contains("shorter than the soonest renewal"), "{}", sf.log());
+    // Renewals are not fetches.
+    assert_eq!(web.hits("/hubbed.xml").len(), 1);
+    assert_eq!(web.hits("/hasty.xml").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_the_sources_validators_and_its_permanent_move() {
+    let web = SourceServer::start();
+    web.set("/old.xml", Doc::redirect(301, "/moved.xml"));
+    let mut doc = Doc::atom(&two_entries("kept"));
+    doc.headers.push(("last-modified".into(), "Mon, 01 Jan 2024 00:00:00 GMT".into()));
+    let etag = doc.etag.clone().unwrap();
+    web.set("/moved.xml", doc);
+    let tables = format!(
+        "[sources]\nallow_private = true\n[[feeds]]\nname = \"kept\"\nsource = \"{}\"\nsource_interval = 3600\n",
+        web.url("/old.xml")
+    );
+    let mut sf = Standalone::start("", &[], &tables);
+    until_total(&sf, "kept", 2).await;
+    // A ping: the fetch after the first one (whose state is saved by then) is conditional.
+    let form = [("hub.mode", "publish"), ("hub.url", &web.url("/old.xml"))];
+    let ping = reqwest::Client::new().post(format!("{}/hub", sf.base)).form(&form).send().await.unwrap();
+    assert_eq!(ping.status(), 204);
+    assert_eq!(web.wait_hits("/moved.xml", 2)[1].status, 304);
+
+    sf.stop_and_start();
+    // The first fetch after the restart goes to the new URL, conditionally.
+    let hits = web.wait_hits("/moved.xml", 3);
+    let header = |name: &str| hits[2].headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    assert_eq!(header("if-none-match"), etag);
+    assert_eq!(header("if-modified-since"), "Mon, 01 Jan 2024 00:00:00 GMT");
+    assert_eq!(hits[2].status, 304);
+    assert_eq!(web.hits("/old.xml").len(), 1, "the old URL is not asked again after the restart");
+    assert!(sf.log().contains("source fetched from where it moved permanently"), "{}", sf.log());
+    assert_eq!(total(&sf.base, "kept").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_source_with_a_hub_is_read_whole_once_and_subscribed_to_again() {
+    let hub = SourceHub::start(3600);
+    let web = SourceServer::start();
+    let mut doc = Doc::atom(&two_entries("again"));
+    doc.headers.push(("link".into(), format!("<{}>; rel=\"hub\"", hub.url)));
+    web.set("/again.xml", doc);
+    let tables = format!(
+        "[sources]\nallow_private = true\n[[feeds]]\nname = \"again\"\nsource = \"{}\"\nsource_interval = 3600\n",
+        web.url("/again.xml")
+    );
+    let mut sf = Standalone::start_public("", &[], &tables);
+    hub.wait_verified(1, Duration::from_secs(15));
+    sf.stop_and_start();
+    // The saved validators would make the first fetch a 304, which names no hub: it asks
+    // for the whole document, and subscribes again from the new process.
+    let requests = hub.wait_verified(2, Duration::from_secs(15));
+    assert_ne!(requests[1].callback, requests[0].callback);
+    let hits = web.hits("/again.xml");
+    assert_eq!(hits.len(), 2);
+    assert!(hits[1].headers.get("if-none-match").is_none() && hits[1].status == 200, "{:?}", hits[1]);
+    assert_eq!(total(&sf.base, "again").await, 2, "nothing imported twice");
 }

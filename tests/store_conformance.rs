@@ -11,7 +11,7 @@
 //! are made on what comes back, outside the closures.
 
 use feed::outbox::{HubSubscription, OutboxStats};
-use feed::ports::{ChangeSink, FeedRow, Range, ReadTx, Scope, Subscription, WriteTx};
+use feed::ports::{ChangeSink, FeedRow, Range, ReadTx, Scope, SourceState, Subscription, WriteTx};
 use feed::{Change, Entry, FeedError, Filter, Item, Key, NodeName, Order, OrderBy, Payload, Store};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
@@ -526,6 +526,28 @@ async fn hub_subscriptions_renew_expire_and_delete<S: Store>(open: Open<S>) {
     assert_eq!(s.read_ok(all(0, 10)).await, [HubSubscription { delivered: 7, ..renewed }]);
 }
 
+async fn source_states_are_saved_per_feed_and_replaced<S: Store>(open: Open<S>) {
+    let s = open(None);
+    let (f, g) = s.write_ok(|tx| Ok((tx.create_feed("f")?, tx.create_feed("g")?))).await;
+    let (fid, gid) = (f.id, g.id);
+    let get = |feed: i64| move |tx: &dyn ReadTx| Ok(tx.source_state(feed)?);
+    assert_eq!(s.read_ok(get(fid)).await, None, "nothing saved yet");
+    let first = SourceState {
+        configured: "https://a.example/feed".into(),
+        location: "https://a.example/feed".into(),
+        etag: Some("\"v1\"".into()),
+        last_modified: Some("Mon, 01 Jan 2024 00:00:00 GMT".into()),
+    };
+    let put = |feed: i64, st: SourceState| move |tx: &mut dyn WriteTx| Ok(tx.put_source_state(feed, &st)?);
+    s.write_ok(put(fid, first.clone())).await;
+    assert_eq!(s.read_ok(get(fid)).await, Some(first.clone()));
+    assert_eq!(s.read_ok(get(gid)).await, None, "per feed");
+    // Moved, and validators gone: replaced whole, NULLs included.
+    let moved = SourceState { location: "https://b.example/feed".into(), etag: None, last_modified: None, ..first };
+    s.write_ok(put(fid, moved.clone())).await;
+    assert_eq!(s.read_ok(get(fid)).await, Some(moved));
+}
+
 async fn outbox_rows_follow_commits_in_order_and_are_pruned<S: Store>(open: Open<S>) {
     let (seen, sink) = recording();
     let s = open(Some(sink));
@@ -927,5 +949,6 @@ conformance! {
         changes_reach_the_sink_in_commit_order_before_the_writer_is_answered,
         hub_subscriptions_renew_expire_and_delete,
         outbox_rows_follow_commits_in_order_and_are_pruned,
+        source_states_are_saved_per_feed_and_replaced,
     }
 }

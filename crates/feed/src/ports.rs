@@ -29,6 +29,19 @@ pub struct FeedRow {
     pub last_mseq: i64,
 }
 
+/// What a feed's source (SPEC §13) keeps across restarts: where it is fetched from now (a
+/// permanent redirect moves it) and the validators of its last imported answer. Kept with
+/// the URL as configured: a source whose configuration names another URL starts afresh.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceState {
+    /// The source as configured when this was saved.
+    pub configured: String,
+    /// Where it is fetched from.
+    pub location: String,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+}
+
 /// The items of one feed in one order, filtered: what a view is, minus its direction.
 #[derive(Clone, Copy, Debug)]
 pub struct Scope<'a> {
@@ -121,6 +134,8 @@ pub trait ReadTx {
     fn outbox(&self, feed: i64, view: &str, after: i64, limit: usize) -> StoreResult<Vec<OutboxEntry>>;
     /// How many rows the outbox holds, and the oldest one's commit time.
     fn outbox_stats(&self) -> StoreResult<OutboxStats>;
+    /// The saved state of the feed's source, if any.
+    fn source_state(&self, feed: i64) -> StoreResult<Option<SourceState>>;
 }
 
 /// Writes inside one transaction; reads through it see the writes made so far.
@@ -165,6 +180,8 @@ pub trait WriteTx: ReadTx {
     fn prune_outbox(&mut self, keep: u64) -> StoreResult<u64>;
     /// Queues a change to be announced once this write is durable, in commit order.
     fn emit(&mut self, change: Change);
+    /// Saves the state of the feed's source, replacing what was saved.
+    fn put_source_state(&mut self, feed: i64, state: &SourceState) -> StoreResult<()>;
 }
 
 /// Receives every committed change, in commit order, after it is durable and before the

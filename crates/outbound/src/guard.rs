@@ -30,6 +30,9 @@ pub enum Refused {
 pub struct Guard {
     resolver: TokioResolver,
     allow_private: bool,
+    /// Addresses treated as public although they are not: always empty, but for the guards
+    /// [`Guard::for_tests_treating_as_public`] makes (the `testing` feature).
+    treated_as_public: std::sync::Arc<[IpAddr]>,
 }
 
 impl Guard {
@@ -45,7 +48,22 @@ impl Guard {
             }
             TokioResolver::builder_with_config(c, TokioConnectionProvider::default())
         };
-        Ok(Guard { resolver: builder.build(), allow_private })
+        Ok(Guard { resolver: builder.build(), allow_private, treated_as_public: std::sync::Arc::new([]) })
+    }
+
+    /// For tests only (the `testing` feature, never enabled by the product): a guard that
+    /// refuses private addresses but treats `public` as public. On a machine where every
+    /// test server is on loopback, it lets a test tell an allowed address (`127.0.0.1`) from
+    /// a refused one (`127.0.0.2`).
+    #[cfg(feature = "testing")]
+    pub fn for_tests_treating_as_public(config: &OutboundConfig, public: &[IpAddr]) -> Result<Guard, String> {
+        let mut guard = Guard::new(config, false)?;
+        guard.treated_as_public = public.into();
+        Ok(guard)
+    }
+
+    fn is_public(&self, ip: IpAddr) -> bool {
+        is_public(ip) || self.treated_as_public.contains(&ip)
     }
 
     pub fn allows_private(&self) -> bool {
@@ -75,14 +93,14 @@ impl Guard {
         self.check_host(url)?;
         let Some(Host::Domain(name)) = url.host() else { return Ok(()) };
         let addrs = self.lookup(name).await?;
-        if !self.allow_private && addrs.iter().any(|ip| !is_public(*ip)) {
+        if !self.allow_private && addrs.iter().any(|ip| !self.is_public(*ip)) {
             return Err(Refused::Private);
         }
         Ok(())
     }
 
     fn check_ip(&self, ip: IpAddr) -> Result<(), Refused> {
-        if self.allow_private || is_public(ip) { Ok(()) } else { Err(Refused::Private) }
+        if self.allow_private || self.is_public(ip) { Ok(()) } else { Err(Refused::Private) }
     }
 
     async fn lookup(&self, name: &str) -> Result<Vec<IpAddr>, Refused> {
@@ -98,7 +116,7 @@ impl Guard {
             return Err(Refused::LocalName);
         }
         let addrs = self.lookup(name).await?;
-        let kept: Vec<IpAddr> = addrs.into_iter().filter(|ip| self.allow_private || is_public(*ip)).collect();
+        let kept: Vec<IpAddr> = addrs.into_iter().filter(|ip| self.allow_private || self.is_public(*ip)).collect();
         if kept.is_empty() { Err(Refused::Private) } else { Ok(kept) }
     }
 }

@@ -8,7 +8,7 @@ use crate::config::{Location, MAX_BACKOFF, Source};
 use crate::fetch::{Answer, Fetcher, Validators};
 use crate::history::{self, HistoryError};
 use crate::websub::Subscriber;
-use feed::ports::{Share, Store};
+use feed::ports::{Share, SourceState, Store};
 use feed::service::{Imported, Service, SourceStatus};
 use metrics::source::SourceMetrics;
 use std::sync::Arc;
@@ -72,23 +72,48 @@ impl<S: Store> Task<S> {
         let mut status = SourceStatus { location: location.to_string(), ..SourceStatus::default() };
         let (deliveries_tx, mut deliveries_rx) = mpsc::channel(DELIVERIES);
         let mut hub: Option<HubLink> = None;
+        // Whether a document was read since the process started, and so `hub` is known.
+        let mut hub_read = false;
+        let mut verifications = self.subscriber.as_ref().map(|s| s.verifications());
+        // What the store keeps of the source, as last read or saved.
+        let mut saved: Option<SourceState> = None;
+        // Whether this instance fetched the source last time round (and so may hold a
+        // subscription at its hub); whether a ping ended the last wait.
+        let (mut was_owner, mut pinged) = (false, false);
+        // Changes of the shares: an instance that stops fetching the source learns it while
+        // it waits, not only at its next fetch (and leaves the source's hub at once).
+        let mut share = self.share.clone();
         loop {
-            if !self.owned().await {
+            let owner = self.owned().await;
+            if owner {
+                was_owner = true;
+            } else {
+                if std::mem::take(&mut was_owner)
+                    && let Some(subscriber) = &self.subscriber
+                {
+                    // Another instance fetches it now, and subscribes at the hub itself.
+                    subscriber.leave(&feed).await;
+                }
                 status.next_fetch = None;
                 status.idle = Some("fetched by another instance".into());
                 self.svc.sources().set(&feed, status.clone());
                 // A ping is served by whoever receives it: the import is the same
                 // transaction on any instance, so fetching twice publishes nothing twice.
-                let pinged = tokio::select! {
-                    _ = self.ping.notified() => true,
-                    _ = tokio::time::sleep(SHARE_RECHECK) => false,
-                };
-                if !pinged {
-                    continue;
+                if !std::mem::take(&mut pinged) {
+                    let ping = tokio::select! {
+                        _ = self.ping.notified() => true,
+                        _ = tokio::time::sleep(SHARE_RECHECK) => false,
+                    };
+                    if !ping {
+                        continue;
+                    }
                 }
             }
+            pinged = false;
             status.idle = None;
-            let outcome = self.fetch_once(&mut location, &mut validators, &mut hub).await;
+            self.load_state(&mut location, &mut validators, &mut saved).await;
+            let outcome = self.fetch_once(&mut location, &mut validators, &mut hub, &mut hub_read).await;
+            self.save_state(&location, validators.as_ref(), &mut saved).await;
             self.metrics.fetch(outcome.label());
             let now = chrono::Utc::now();
             status.location = location.to_string();
@@ -127,17 +152,44 @@ impl<S: Store> Task<S> {
             };
             status.next_fetch = Some(now.timestamp_millis() + delay.as_millis() as i64);
             self.svc.sources().set(&feed, status.clone());
-            if let (Some(subscriber), Some(link)) = (&self.subscriber, &hub) {
-                let renew_before = self.source.interval * 2 + Duration::from_secs(60);
-                subscriber.ensure(&feed, &link.hub, &link.topic, renew_before, &deliveries_tx).await;
+            // Only the instance that fetches the source subscribes at its hub: one subscription,
+            // not one per instance that served a ping.
+            if let (true, Some(subscriber), Some(link)) = (owner, &self.subscriber, &hub) {
+                subscriber.ensure(&feed, &link.hub, &link.topic, &deliveries_tx).await;
             }
+            // An instance that does not fetch the source looks again soon whether it should.
+            let delay = if owner { delay } else { delay.min(SHARE_RECHECK) };
             // Until the next fetch: a ping cuts the wait short, deliveries from the hub are
-            // imported as they come.
+            // imported as they come, the subscription to the hub is renewed when its time
+            // comes.
             let next = tokio::time::Instant::now() + delay;
             loop {
+                // Seen before the renewal time is read: a verification after this wakes
+                // the wait below, to read it again.
+                if let Some(v) = verifications.as_mut() {
+                    v.borrow_and_update();
+                }
+                let renew = match (owner, &self.subscriber, &hub) {
+                    (true, Some(subscriber), Some(_)) => subscriber.renew_at(&feed).map(tokio::time::Instant::from_std),
+                    _ => None,
+                };
                 tokio::select! {
-                    _ = self.ping.notified() => break,
+                    _ = self.ping.notified() => {
+                        pinged = true;
+                        break;
+                    }
                     _ = tokio::time::sleep_until(next) => break,
+                    Some(()) = async { verifications.as_mut()?.changed().await.ok() } => {}
+                    Some(()) = async { share.as_mut()?.changed().await.ok() } => {
+                        if owner && !self.owned().await {
+                            break;
+                        }
+                    }
+                    _ = tokio::time::sleep_until(renew.unwrap_or(next)), if renew.is_some_and(|r| r < next) => {
+                        if let (Some(subscriber), Some(link)) = (&self.subscriber, &hub) {
+                            subscriber.ensure(&feed, &link.hub, &link.topic, &deliveries_tx).await;
+                        }
+                    }
                     Some(body) = deliveries_rx.recv() => {
                         let outcome = self.import_document(body, None).await;
                         self.metrics.fetch(if matches!(outcome, Outcome::Failed(_)) { "error" } else { "delivered" });
@@ -162,6 +214,72 @@ impl<S: Store> Task<S> {
         }
     }
 
+    /// Takes where the source is fetched from and its validators from the store, as the last
+    /// fetch (by this process, an earlier one or another instance) left them: a restart goes
+    /// on with a conditional GET of the URL a permanent redirect moved it to. What was saved
+    /// for another configured URL is ignored. A store that cannot be read leaves them as they
+    /// are.
+    async fn load_state(
+        &self,
+        location: &mut Location,
+        validators: &mut Option<Validators>,
+        saved: &mut Option<SourceState>,
+    ) {
+        if !matches!(self.source.location, Location::Web(_)) {
+            return;
+        }
+        let state = match self.svc.source_state(&self.source.feed).await {
+            Ok(Some(state)) if state.configured == self.source.configured => state,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::debug!(feed = %self.source.feed, error = %e, "the source's saved state could not be read");
+                return;
+            }
+        };
+        if saved.as_ref() == Some(&state) {
+            return;
+        }
+        if let Ok(url) = url::Url::parse(&state.location) {
+            let moved = Location::Web(url);
+            if moved != *location {
+                tracing::info!(feed = %self.source.feed, source = %moved, "source fetched from where it moved permanently");
+            }
+            *location = moved;
+        }
+        *validators = (state.etag.is_some() || state.last_modified.is_some())
+            .then(|| Validators { etag: state.etag.clone(), last_modified: state.last_modified.clone() });
+        *saved = Some(state);
+    }
+
+    /// Saves where the source is fetched from and its validators, when they changed.
+    async fn save_state(&self, location: &Location, validators: Option<&Validators>, saved: &mut Option<SourceState>) {
+        if !matches!(location, Location::Web(_)) {
+            return;
+        }
+        let state = SourceState {
+            configured: self.source.configured.clone(),
+            location: location.to_string(),
+            etag: validators.and_then(|v| v.etag.clone()),
+            last_modified: validators.and_then(|v| v.last_modified.clone()),
+        };
+        let unchanged = saved.as_ref().map_or_else(
+            // Nothing saved yet and nothing worth saving: the source as configured, no validators.
+            || {
+                state.location == self.source.location.to_string()
+                    && state.etag.is_none()
+                    && state.last_modified.is_none()
+            },
+            |s| *s == state,
+        );
+        if unchanged {
+            return;
+        }
+        match self.svc.save_source_state(&self.source.feed, state.clone()).await {
+            Ok(()) => *saved = Some(state),
+            Err(e) => tracing::warn!(feed = %self.source.feed, error = %e, "the source's state could not be saved"),
+        }
+    }
+
     fn count(&self, i: &Imported) {
         for (change, n) in [
             ("published", i.published),
@@ -175,15 +293,20 @@ impl<S: Store> Task<S> {
     }
 
     /// One fetch: the document (conditionally), its history when needed, one import. Notes
-    /// the hub the document names in `hub`.
+    /// the hub the document names in `hub`, and that it is known in `hub_read`. Where the
+    /// source's hub could be subscribed to and no document was read yet (validators saved
+    /// by an earlier process or another instance would make it a `304`, which names no
+    /// hub), the fetch asks for the whole document.
     async fn fetch_once(
         &self,
         location: &mut Location,
         validators: &mut Option<Validators>,
         hub: &mut Option<HubLink>,
+        hub_read: &mut bool,
     ) -> Outcome {
         let feed = &self.source.feed;
-        let fetched = match self.fetcher.fetch(location, validators.as_ref()).await {
+        let conditional = if self.subscriber.is_none() || *hub_read { validators.as_ref() } else { None };
+        let fetched = match self.fetcher.fetch(location, conditional).await {
             Ok(f) => f,
             Err(e) => return Outcome::Failed(e.to_string()),
         };
@@ -206,6 +329,7 @@ impl<S: Store> Task<S> {
         if url.scheme() != "file" {
             let found = header_hub.or_else(|| doc.hub.clone()).and_then(|h| url.join(&h).ok());
             let topic = header_topic.or_else(|| doc.self_link.clone()).and_then(|t| url.join(&t).ok());
+            *hub_read = true;
             *hub = found.map(|h| HubLink {
                 hub: h.to_string(),
                 topic: topic.map_or_else(|| url.to_string(), |t| t.to_string()),

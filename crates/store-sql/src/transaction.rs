@@ -16,7 +16,7 @@ use crate::reads::{
 };
 use feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
 use feed::policy::bare;
-use feed::ports::{FeedRow, Range, ReadTx, Scope, StoreError, StoreResult, Subscription, WriteTx};
+use feed::ports::{FeedRow, Range, ReadTx, Scope, SourceState, StoreError, StoreResult, Subscription, WriteTx};
 use feed::{Change, Item, Key, OrderBy};
 
 /// A transaction's view of a connection that is already inside one.
@@ -243,6 +243,19 @@ impl<D: Driver> ReadTx for SqlTx<D> {
         })?;
         Ok(stats.into_iter().next().unwrap_or(OutboxStats { rows: 0, oldest: None }))
     }
+
+    fn source_state(&self, feed: i64) -> StoreResult<Option<SourceState>> {
+        let sql = "SELECT configured, location, etag, last_modified FROM source_state WHERE feed = ?1";
+        let states = self.rows(sql, &[Arg::Int(feed)], |r| {
+            Ok(SourceState {
+                configured: r.text(0)?,
+                location: r.text(1)?,
+                etag: r.opt_text(2)?,
+                last_modified: r.opt_text(3)?,
+            })
+        })?;
+        Ok(states.into_iter().next())
+    }
 }
 
 impl<D: Driver> WriteTx for SqlTx<D> {
@@ -333,6 +346,22 @@ impl<D: Driver> WriteTx for SqlTx<D> {
 
     fn expire_hub_subscriptions(&mut self, now: i64) -> StoreResult<Vec<i64>> {
         self.rows("DELETE FROM hub_subscriptions WHERE expires <= ?1 RETURNING id", &[Arg::Int(now)], |r| r.int(0))
+    }
+
+    fn put_source_state(&mut self, feed: i64, state: &SourceState) -> StoreResult<()> {
+        self.execute(
+            "INSERT INTO source_state (feed, configured, location, etag, last_modified) VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT (feed) DO UPDATE SET configured = excluded.configured, location = excluded.location, \
+             etag = excluded.etag, last_modified = excluded.last_modified",
+            &[
+                Arg::Int(feed),
+                Arg::Text(&state.configured),
+                Arg::Text(&state.location),
+                Arg::OptText(state.etag.as_deref()),
+                Arg::OptText(state.last_modified.as_deref()),
+            ],
+        )?;
+        Ok(())
     }
 
     fn hub_delivered(&mut self, id: i64, upto: i64) -> StoreResult<bool> {

@@ -194,8 +194,21 @@ INSERT INTO modified_counts(feed, level, bucket, n) SELECT feed, level, bucket, 
 DROP TABLE mcounts;
 "#;
 
+/// Version 5: what a feed's source keeps across restarts (SPEC §13): where it is fetched
+/// from after a permanent redirect, and the validators (`ETag`, `Last-Modified`) of its last
+/// imported answer, with the URL as configured then (another configured URL starts afresh).
+const V5: &str = r#"
+CREATE TABLE source_state (
+    feed          INTEGER PRIMARY KEY REFERENCES feeds(id),
+    configured    TEXT NOT NULL,
+    location      TEXT NOT NULL,
+    etag          TEXT,
+    last_modified TEXT
+);
+"#;
+
 /// Every migration, in order. Append only; never edit a released entry.
-pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -49,6 +49,19 @@ pub async fn instance_on<S: Server + ?Sized>(
     http: u16,
     tables: &str,
 ) -> Smartfeeds {
+    instance_with(host, url, servers, http, "", tables).await
+}
+
+/// [`instance_on`] with the keys `http_settings` (TOML lines, e.g. `base_url = …`) in its
+/// `[http]` table.
+pub async fn instance_with<S: Server + ?Sized>(
+    host: &TestServer<S>,
+    url: &str,
+    servers: &[String],
+    http: u16,
+    http_settings: &str,
+    tables: &str,
+) -> Smartfeeds {
     let secret = host.secret().to_string();
     let sf = Smartfeeds::start_config(host, |_| {
         format!(
@@ -62,7 +75,7 @@ url = "{url}"
 {}[hub]
 allow_private_callbacks = true
 {}{tables}"#,
-            http_table(http, "", &["bot"]),
+            http_table(http, http_settings, &["bot"]),
             bot_feeds(&["shared"]),
         )
     });

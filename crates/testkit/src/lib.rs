@@ -39,6 +39,7 @@ pub mod pubsub;
 pub mod push;
 pub mod server;
 pub mod smartfeeds;
+pub mod source_hub;
 pub mod source_server;
 pub mod standalone;
 pub mod websub;

@@ -7,7 +7,9 @@
 //! and the change sink is called under it, so changes arrive in commit order.
 
 use feed::outbox::{HubSubscription, OutboxEntry, OutboxStats};
-use feed::ports::{ChangeSink, FeedRow, Range, ReadTx, Scope, Store, StoreError, StoreResult, Subscription, WriteTx};
+use feed::ports::{
+    ChangeSink, FeedRow, Range, ReadTx, Scope, SourceState, Store, StoreError, StoreResult, Subscription, WriteTx,
+};
 use feed::{Change, FeedError, Item, Key};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -40,6 +42,8 @@ struct State {
     /// The last sequence number and subscription id handed out (never reused).
     last_seq: i64,
     last_hub_id: i64,
+    /// Sources' states by feed id.
+    sources: HashMap<i64, SourceState>,
 }
 
 /// One transaction: the state as it was (reads) or a copy being changed (writes).
@@ -221,6 +225,10 @@ impl ReadTx for Tx<'_> {
         let o = &self.state.outbox;
         Ok(OutboxStats { rows: o.len() as u64, oldest: o.values().map(|e| e.at).min() })
     }
+
+    fn source_state(&self, feed: i64) -> StoreResult<Option<SourceState>> {
+        Ok(self.state.sources.get(&feed).cloned())
+    }
 }
 
 impl WriteTx for Tx<'_> {
@@ -323,6 +331,11 @@ impl WriteTx for Tx<'_> {
             subs.remove(id);
         }
         Ok(gone)
+    }
+
+    fn put_source_state(&mut self, feed: i64, state: &SourceState) -> StoreResult<()> {
+        self.state().sources.insert(feed, state.clone());
+        Ok(())
     }
 
     fn hub_delivered(&mut self, id: i64, upto: i64) -> StoreResult<bool> {

@@ -1,7 +1,7 @@
 //! A web server of feed documents the test controls (SPEC §13's sources): axum on a free
 //! loopback port, on a thread and runtime of its own (so a fixture shared by the tests of
 //! a binary keeps it). Each path answers what the test last set for it (status, body,
-//! headers, a delay), honours `If-None-Match` with 304, and records every request.
+//! headers, a delay, gzip), honours `If-None-Match` with 304, and records every request.
 //!
 //! ```ignore
 //! let web = SourceServer::start();
@@ -30,6 +30,9 @@ pub struct Doc {
     pub headers: Vec<(String, String)>,
     /// How long to wait before answering.
     pub delay: Duration,
+    /// Whether the body is sent gzip-compressed (`Content-Encoding: gzip`) to a request
+    /// whose `Accept-Encoding` allows it (as is, to one that does not).
+    pub gzip: bool,
 }
 
 impl Doc {
@@ -66,6 +69,8 @@ pub struct Hit {
     pub headers: HeaderMap,
     /// What was answered.
     pub status: u16,
+    /// Whether the body was sent gzip-compressed.
+    pub gzipped: bool,
     pub at: Instant,
 }
 
@@ -83,8 +88,13 @@ pub struct SourceServer {
 
 impl SourceServer {
     pub fn start() -> SourceServer {
+        SourceServer::start_on(std::net::Ipv4Addr::LOCALHOST)
+    }
+
+    /// [`start`](Self::start) on another loopback address (`127.0.0.2`, …).
+    pub fn start_on(ip: std::net::Ipv4Addr) -> SourceServer {
         let inner: Arc<Mutex<Inner>> = Arc::default();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port for the source server");
+        let listener = std::net::TcpListener::bind((ip, 0)).expect("a port for the source server");
         let port = listener.local_addr().expect("an address").port();
         listener.set_nonblocking(true).expect("a non-blocking listener");
         let state = inner.clone();
@@ -97,7 +107,7 @@ impl SourceServer {
                 let _ = axum::serve(listener, app).await;
             });
         });
-        SourceServer { base: format!("http://127.0.0.1:{port}"), inner }
+        SourceServer { base: format!("http://{ip}:{port}"), inner }
     }
 
     /// The URL of `path`.
@@ -138,7 +148,7 @@ async fn answer(inner: Arc<Mutex<Inner>>, uri: Uri, headers: HeaderMap) -> Respo
     let path = uri.path_and_query().map_or_else(|| uri.path().to_string(), |p| p.as_str().to_string());
     let doc = inner.lock().unwrap().docs.get(&path).cloned();
     let Some(doc) = doc else {
-        record(&inner, &path, headers, 404);
+        record(&inner, &path, headers, 404, false);
         return StatusCode::NOT_FOUND.into_response();
     };
     let not_modified = doc.status == 200
@@ -146,11 +156,18 @@ async fn answer(inner: Arc<Mutex<Inner>>, uri: Uri, headers: HeaderMap) -> Respo
             headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(e))
         });
     let status = if not_modified { 304 } else { doc.status };
+    let gzipped = status == 200 && doc.gzip && accepts_gzip(&headers);
     // Recorded on arrival: a test counts fetches that are still being answered.
-    record(&inner, &path, headers, status);
+    record(&inner, &path, headers, status, gzipped);
     tokio::time::sleep(doc.delay).await;
     let mut resp = if not_modified || doc.status != 200 {
         StatusCode::from_u16(status).unwrap_or(StatusCode::OK).into_response()
+    } else if gzipped {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(&doc.body).expect("gzip in memory");
+        let body = enc.finish().expect("gzip in memory");
+        (StatusCode::OK, [(header::CONTENT_ENCODING, "gzip")], body).into_response()
     } else {
         (StatusCode::OK, doc.body.clone()).into_response()
     };
@@ -175,6 +192,19 @@ async fn answer(inner: Arc<Mutex<Inner>>, uri: Uri, headers: HeaderMap) -> Respo
     resp
 }
 
-fn record(inner: &Arc<Mutex<Inner>>, path: &str, headers: HeaderMap, status: u16) {
-    inner.lock().unwrap().hits.entry(path.to_string()).or_default().push(Hit { headers, status, at: Instant::now() });
+fn record(inner: &Arc<Mutex<Inner>>, path: &str, headers: HeaderMap, status: u16, gzipped: bool) {
+    let hit = Hit { headers, status, gzipped, at: Instant::now() };
+    inner.lock().unwrap().hits.entry(path.to_string()).or_default().push(hit);
+}
+
+/// Whether a request's `Accept-Encoding` allows gzip (named, or `*`, without `q=0`).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT_ENCODING).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(
+        |coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or("").to_ascii_lowercase();
+            let refused = parts.any(|p| p.replace(' ', "").eq_ignore_ascii_case("q=0") || p == "q=0.0");
+            (name == "gzip" || name == "*") && !refused
+        },
+    )
 }

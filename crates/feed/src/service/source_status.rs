@@ -1,9 +1,13 @@
 //! What the service knows of each feed's source (SPEC §13), for `list-feeds`: the producer
 //! that fetches sources writes it, the admin commands read it. Plain values, kept in
 //! memory: it describes this process's fetching, which starts again with the process.
+//! What must outlive the process (where a source moved, its validators) is the store's
+//! [`SourceState`], read and saved through [`Service::source_state`] and
+//! [`Service::save_source_state`].
 
 use super::Service;
-use crate::ports::Store;
+use crate::FeedError;
+use crate::ports::{SourceState, Store};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -62,5 +66,31 @@ impl<S: Store> Service<S> {
     /// The board the source fetchers report to.
     pub fn sources(&self) -> &Arc<SourceBoard> {
         &self.sources
+    }
+
+    /// What the store keeps of `feed`'s source (where it moved, its validators), if the
+    /// feed exists and anything was saved.
+    pub async fn source_state(&self, feed: &str) -> Result<Option<SourceState>, FeedError> {
+        let name = feed.to_string();
+        self.store
+            .read(move |tx| match tx.feed(&name)? {
+                Some(row) => Ok(tx.source_state(row.id)?),
+                None => Ok(None),
+            })
+            .await
+    }
+
+    /// Saves `state` as what the store keeps of `feed`'s source (nothing when the feed does
+    /// not exist).
+    pub async fn save_source_state(&self, feed: &str, state: SourceState) -> Result<(), FeedError> {
+        let name = feed.to_string();
+        self.store
+            .write(move |tx| {
+                if let Some(row) = tx.feed_for_update(&name)? {
+                    tx.put_source_state(row.id, &state)?;
+                }
+                Ok(())
+            })
+            .await
     }
 }
