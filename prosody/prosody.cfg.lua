@@ -93,6 +93,11 @@ Component "bench.localhost"
 Component "publisher.localhost"
 	component_secret = "@SECRET@"
 
+-- The load tool as a service answering every items request with one canned page
+-- (smartfeeds-load canned): the baseline of pulls through this server.
+Component "canned.localhost"
+	component_secret = "@SECRET@"
+
 -- Prosody's own pubsub service, for side-by-side comparisons with smartfeeds
 -- (scripts/bench-peers.sh). It keeps items in Prosody's file store ("internal"). The load
 -- tool (bench.localhost) is an admin here so that it may create nodes.

@@ -20,7 +20,15 @@
 #   ejabberd  smartfeeds            feeds.localhost        (mod_multicast)
 #             smartfeeds(unicast)   feeds.localhost
 #             mod_pubsub            pubsub.localhost       Mnesia (not fsynced)
-# and on each host smartfeeds-http: the same smartfeeds instance through its HTTP face (no
+# and on each host canned: `smartfeeds-load canned` as the component canned.localhost, a
+# service that answers every items request with one page (smartfeeds' first page of the node,
+# written by smartfeeds' own writer) and does nothing else, the baseline of pulls through
+# the host: pull only (its figures beside smartfeeds' say what the server in front leaves
+# of it); CPU per page is that of the canned component. Before the rounds the node gets
+# BENCH_PUBLISH_ITEMS entries (not measured), so that there is a page; then the canned
+# component captures it. Pulls of smartfeeds and canned only,
+# alternately: BENCH_SERVICES='(smartfeeds|canned) ' BENCH_MODES=pull.
+# And on each host smartfeeds-http: the same smartfeeds instance through its HTTP face (no
 # XMPP server in the middle): publishes by PUT, pages by `since`, the same node and sizes.
 # smartfeeds is restarted with the other push.multicast setting between its two services
 # (the same database).
@@ -61,6 +69,9 @@
 #   BENCH_OUT                also append the JSON lines to this file [none]
 #   BENCH_KEEP=1             keep the temporary directory (logs, databases)
 #   BENCH_SKIP_BUILD=1       use the binaries in target/profiling as they are
+#   BENCH_SMARTFEEDS         the smartfeeds binary to measure [target/profiling/smartfeeds]
+#                            (another build, say the commit before a change, against the
+#                            same load tool and servers)
 #
 # Needs: prosody and ejabberd (Debian packages), cargo. Everything listens on 127.0.0.1
 # only. The processes started here are stopped on exit, also on error or ctrl-c.
@@ -139,7 +150,7 @@ if [ "${BENCH_SKIP_BUILD:-0}" != 1 ]; then
 	log "building the binaries (profile profiling: release with symbols)"
 	cargo build --profile profiling --quiet --bin smartfeeds --bin smartfeeds-load
 fi
-smartfeeds=$repo/target/profiling/smartfeeds
+smartfeeds=${BENCH_SMARTFEEDS:-$repo/target/profiling/smartfeeds}
 load=$repo/target/profiling/smartfeeds-load
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/smartfeeds-peers-XXXXXX")
@@ -154,6 +165,7 @@ pg_bin=""
 pg_port=""
 server_pid=""
 stop_server=""
+canned_pid=""
 
 # Stops the smartfeeds instances (SIGTERM, then SIGKILL after 10 s).
 stop_smartfeeds() {
@@ -195,8 +207,40 @@ stop_postgres() {
 	pg_port=""
 }
 
-# Stops smartfeeds and the current server.
+# Stops the canned component (its report of what it answered goes to $tmp/canned.jsonl).
+stop_canned() {
+	if [ -n "$canned_pid" ]; then
+		kill -TERM "$canned_pid" 2>/dev/null || true
+		wait "$canned_pid" 2>/dev/null || true
+	fi
+	canned_pid=""
+}
+
+# Starts the canned component on the current server once smartfeeds' node has a page
+# (BENCH_PUBLISH_ITEMS entries are published into it first, not measured).
+start_canned() {
+	local host=$1
+	log "$host: $publish_items entries into smartfeeds' node for the canned page (not measured)"
+	"$load" publish --server "127.0.0.1:$component_port" --component bench.localhost --secret "$secret" \
+		--service feeds.localhost --node bench --items "$publish_items" --in-flight "$publish_in_flight" \
+		--duration "$duration" >>"$tmp/fill.jsonl" 2>"$tmp/fill.err" || { tail -n 5 "$tmp/fill.err" >&2; exit 1; }
+	"$load" canned --server "127.0.0.1:$component_port" --component canned.localhost --secret "$secret" \
+		--service feeds.localhost --node bench --max "$pull_max" --duration 86400 --label "$host/canned" \
+		>>"$tmp/canned.jsonl" 2>"$tmp/canned-$host.err" &
+	canned_pid=$!
+	for _ in $(seq 1 100); do
+		grep -q "serving" "$tmp/canned-$host.err" && return
+		kill -0 "$canned_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	log "the canned component did not start:"
+	cat "$tmp/canned-$host.err" >&2
+	exit 1
+}
+
+# Stops smartfeeds, the canned component and the current server.
 stop_all() {
+	stop_canned
 	stop_smartfeeds
 	if [ -n "$stop_server" ]; then
 		$stop_server >/dev/null 2>&1 || true
@@ -360,6 +404,7 @@ run() {
 	shift 3
 	local pids=(--server-pid "$server_pid") target
 	[[ ${label#*/} == smartfeeds* ]] && pids+=(--service-pid "$sf_pid")
+	[[ ${label#*/} == canned ]] && pids+=(--service-pid "$canned_pid")
 	if [[ $mode == http-* ]]; then
 		target=(--base "http://127.0.0.1:$http_port" --token "$secret-http-token" --feed bench)
 	else
@@ -387,6 +432,7 @@ services_of() {
 			# Prosody's pubsub keeps at most 256 items per node (pubsub_max_items).
 			echo "mod_pubsub(file) pubsub.localhost max-items 256"
 			echo "mod_pubsub(memory) pubsub-mem.localhost max-items 256"
+			echo "canned canned.localhost rsm 0"
 			;;
 		ejabberd)
 			echo "smartfeeds feeds.localhost rsm 0"
@@ -395,6 +441,7 @@ services_of() {
 			echo "smartfeeds-http - http 0"
 			echo "smartfeeds(unicast) feeds.localhost rsm 0"
 			echo "mod_pubsub pubsub.localhost rsm 1000"
+			echo "canned canned.localhost rsm 0"
 			;;
 	esac
 }
@@ -418,6 +465,9 @@ for host in $hosts; do
 		if [ "$max_items" != 0 ]; then
 			run "$host/$name" "$jid" create --max-items "$max_items"
 		fi
+		if [ "$name" = canned ] && [[ " $modes " == *" pull "* ]]; then
+			start_canned "$host"
+		fi
 	done
 	for round in $(seq 1 "$rounds"); do
 		log "$host: round $round of $rounds"
@@ -436,6 +486,7 @@ for host in $hosts; do
 				start_smartfeeds "$host" $want
 			fi
 			for mode in $modes; do
+				if [ "$name" = canned ] && [ "$mode" != pull ]; then continue; fi
 				case "$paging/$mode" in
 					http/publish) run "$host/$name" "$jid" http-publish --items "$publish_items" \
 						--in-flight "$publish_in_flight" ;;
@@ -462,6 +513,10 @@ done
 
 if [ -n "${BENCH_OUT:-}" ]; then
 	cat "$results" >>"$BENCH_OUT"
+fi
+if [ -s "$tmp/canned.jsonl" ]; then
+	echo "# the canned component, over its whole life (every page it answered, its CPU):"
+	"$load" table "$tmp/canned.jsonl"
 fi
 echo "# $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1); load average at start: $load_at_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# prosody $(dpkg-query -W -f='${Version}' prosody 2>/dev/null || echo '?'), ejabberd $(dpkg-query -W -f='${Version}' ejabberd 2>/dev/null || echo '?'); $rounds rounds"

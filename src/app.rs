@@ -47,13 +47,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Every commit of a SQLite store is this process's: feeds' generations are kept in
     // memory. On PostgreSQL other instances commit too: they are read from the store.
     let generations = match config.store.backend() {
-        StoreBackend::Sqlite(_) => http::generations::Generations::local(),
-        StoreBackend::Postgres(_) => http::generations::Generations::from_store(),
+        StoreBackend::Sqlite(_) => feed::generations::Generations::local(),
+        StoreBackend::Postgres(_) => feed::generations::Generations::from_store(),
     };
-    let mut sinks = Vec::new();
+    // Generations first: a change is validated (both faces keep answers by it) before
+    // anyone is woken by it or told it is done.
+    let mut sinks = vec![generations.sink()];
     let wake_rx = config.http.as_ref().map(|_| {
-        // Generations first: a change is validated before anyone is woken by it.
-        sinks.push(generations.sink());
         let (sink, rx) = wakeups.sink();
         sinks.push(sink);
         rx
@@ -135,8 +135,8 @@ struct Changes {
     linked: watch::Sender<bool>,
     /// The feeds this instance pushes, when instances share the store.
     share: Option<watch::Receiver<feed::ports::Share>>,
-    /// The feeds' change generations, which validate HTTP answers.
-    generations: Arc<http::generations::Generations>,
+    /// The feeds' change generations, which validate kept answers (XMPP pages, HTTP answers).
+    generations: Arc<feed::generations::Generations>,
 }
 
 /// Serves the component over an open store until SIGTERM or ctrl-c: named steps, each
@@ -165,6 +165,7 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
         start_metrics(addr, metrics.clone(), depths).await?;
     }
     let sources = start_sources(&config, &svc, &metrics, share.clone())?;
+    let ready = Arc::new(xmpp::ready::Ready::new(generations.clone()));
     if let (Some(_), Some(wake_rx)) = (&config.http, wake_rx) {
         let faces = HttpParts { wakeups, wake_rx, hub, share, sources, generations };
         start_http(&config, &svc, &metrics, faces, &requests).await?;
@@ -177,7 +178,7 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
         n.run(change_rx, from_service_rx, push_tx, signal).await
     });
     let dispatcher = Dispatcher::new(Parts {
-        router: Router::new(svc.clone(), me.clone()),
+        router: Router::new(svc.clone(), me.clone(), ready),
         metrics,
         requests_per_domain: config.limits.requests_per_domain,
         notifier,
@@ -263,7 +264,7 @@ struct HttpParts {
     hub: Arc<http::hub::Registry>,
     share: Option<watch::Receiver<feed::ports::Share>>,
     sources: sources::Sources,
-    generations: Arc<http::generations::Generations>,
+    generations: Arc<feed::generations::Generations>,
 }
 
 /// Starts the HTTP face and the WebSub hub beside it, both ending with the `requests` stage.

@@ -35,7 +35,9 @@ allowed = ["*@example.net"]
     .unwrap();
     let svc = Service::new(MemoryStore::new(None), Arc::new(config.policy()), Arc::new(|| NOW));
     svc.init().await.unwrap();
-    Router::new(svc, "feeds.localhost".parse().unwrap())
+    // Generations read from the store: nothing here keeps them in memory.
+    let ready = Arc::new(xmpp::ready::Ready::new(feed::generations::Generations::from_store()));
+    Router::new(svc, "feeds.localhost".parse().unwrap(), ready)
 }
 
 /// Parses stanza text written without the stream's default namespace

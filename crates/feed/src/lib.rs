@@ -15,12 +15,15 @@
 //! - [`atom`]: an Atom entry as both faces take it (checked, fields the core filters on).
 //! - [`ports`]: the traits stores implement; [`service`]: what every face calls.
 //! - [`error`]: the closed set of outcomes, named after XEP-0060's conditions.
+//! - [`ready`]: what a face makes of an item version, made once; [`generations`]: each
+//!   feed's change generation, which validates a face's kept answers.
 
 pub mod admission;
 pub mod atom;
 pub mod change;
 pub mod cursor;
 pub mod error;
+pub mod generations;
 pub mod intents;
 pub mod item;
 pub mod node;
@@ -29,6 +32,7 @@ pub mod paging;
 pub mod policy;
 pub mod ports;
 pub mod position;
+pub mod ready;
 pub mod receipt;
 pub mod service;
 

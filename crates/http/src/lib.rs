@@ -30,7 +30,7 @@ pub mod connections;
 pub mod cors;
 pub mod errors;
 pub mod formats;
-pub mod generations;
+pub use feed::generations;
 pub mod html_page;
 pub mod hub;
 pub mod json_feed;

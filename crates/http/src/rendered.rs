@@ -3,16 +3,18 @@
 //! A page of fifty items used to parse fifty stored Atom entries (for the JSON `title`,
 //! `content` and `author`) on every read. Here every form a reader takes of an item (its
 //! JSON object, its Atom entry with `fo:id` and `fo:cursor`, its JSON Feed item) is made
-//! once per item version and kept in a bounded cache keyed by the version: the feed and the
-//! item's modified seq, which every publish, update and retraction stamps anew, so a
-//! version's forms never change and the cache needs no invalidation. A page is then a
-//! store read and the concatenation of ready text.
+//! once per item version and kept by the version ([`feed::ready::ByVersion`], which the XMPP
+//! face keeps its `<item/>`s in too): the feed and the item's modified seq, which every
+//! publish, update and retraction stamps anew, so a version's forms never change and the
+//! cache needs no invalidation. A page is then a store read and the concatenation of ready
+//! text.
 //!
 //! The only part of a form that depends on the view is the item's cursor in it, so each
 //! form is kept as a [`Template`]: its text with the place where the cursor goes.
 
 use crate::formats::{entry_atom, item_json, to_json};
 use feed::Item;
+use feed::ready::{ByVersion, Weighed};
 use std::sync::Arc;
 
 /// What the cache may hold, bytes of text.
@@ -88,11 +90,6 @@ impl Rendered {
         }
     }
 
-    /// The text held, bytes (what the cache weighs).
-    fn weight(&self) -> u32 {
-        u32::try_from(self.json.len() + self.atom.len() + self.json_feed.len() + 64).unwrap_or(u32::MAX)
-    }
-
     /// The item as one Server-Sent Event (SPEC §9): `id`, `event` and its JSON object.
     pub fn event(&self, cursor: &str, out: &mut String) {
         out.push_str("id: cursor:");
@@ -104,23 +101,26 @@ impl Rendered {
     }
 }
 
-/// The forms of recent item versions, by feed and modified seq.
-pub struct Renders {
-    cache: moka::sync::Cache<(String, i64), Arc<Rendered>>,
+impl Weighed for Rendered {
+    /// The text held, bytes.
+    fn weight(&self) -> u32 {
+        u32::try_from(self.json.len() + self.atom.len() + self.json_feed.len() + 64).unwrap_or(u32::MAX)
+    }
 }
+
+/// The forms of recent item versions, by feed and modified seq.
+pub struct Renders(ByVersion<Rendered>);
 
 impl Default for Renders {
     fn default() -> Self {
-        let cache =
-            moka::sync::Cache::builder().max_capacity(CACHE_BYTES).weigher(|_, r: &Arc<Rendered>| r.weight()).build();
-        Renders { cache }
+        Renders(ByVersion::new(CACHE_BYTES))
     }
 }
 
 impl Renders {
     /// The forms of `item`, a version of an item of `feed` as the store keeps it.
     pub fn of(&self, feed: &str, item: &Item) -> Arc<Rendered> {
-        self.cache.get_with((feed.to_string(), item.modified.seq), || Arc::new(Rendered::of(item)))
+        self.0.of(feed, item, Rendered::of)
     }
 
     /// The forms of each of `items`.

@@ -183,7 +183,8 @@ pub fn table(runs: &[Map<String, Value>]) -> String {
 }
 
 /// CPU per request of smartfeeds beside the CPU the server spends on the same requests (its
-/// routing; for the server's own pubsub the server's time is the whole service).
+/// routing; for the server's own pubsub the server's time is the whole service), and the
+/// load tool's own (so that a saturated tool shows).
 fn cpu_table(runs: &[Map<String, Value>], pairs: &[(String, String)]) -> String {
     let mut rows = vec![vec![
         "host".to_string(),
@@ -192,6 +193,7 @@ fn cpu_table(runs: &[Map<String, Value>], pairs: &[(String, String)]) -> String 
         "service ms/op".into(),
         "server ms/op".into(),
         "service/server".into(),
+        "tool ms/op".into(),
     ]];
     for (host, service) in pairs {
         for mode in ["pull", "publish", "fanout"] {
@@ -204,7 +206,8 @@ fn cpu_table(runs: &[Map<String, Value>], pairs: &[(String, String)]) -> String 
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
                 _ => "-".into(),
             };
-            rows.push(vec![host.clone(), service.clone(), mode.into(), fmt(svc), fmt(srv), ratio]);
+            let tool = of("tool_cpu_ms_per_op");
+            rows.push(vec![host.clone(), service.clone(), mode.into(), fmt(svc), fmt(srv), ratio, fmt(tool)]);
         }
     }
     if rows.len() == 1 {
@@ -249,7 +252,11 @@ mod tests {
         assert_eq!(row(&["prosody", "smartfeeds"])[2..7], ["1000", "900", "1200", "3", "1"], "{t}");
         assert_eq!(row(&["prosody", "mod_pubsub"])[2..], ["100", "50.0", "400", "3", "0", "10.00x"], "{t}");
         assert!(t.contains("pull: pages of items per second (higher is better)"), "{t}");
-        assert_eq!(row(&["prosody", "smartfeeds", "pull"])[3..], ["0.10", "0.40", "0.25"], "0.1 / 0.4 ms: {t}");
+        assert_eq!(
+            row(&["prosody", "smartfeeds", "pull"])[3..],
+            ["0.10", "0.40", "0.25", "-"],
+            "0.1 / 0.4 ms, no tool figure: {t}"
+        );
     }
 
     #[test]

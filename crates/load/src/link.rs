@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use minidom::Element;
@@ -60,8 +60,14 @@ impl std::fmt::Display for IqError {
 
 enum Out {
     Text(String),
+    /// Stanza text in two pieces: its own start, then bytes shared by many stanzas.
+    Spliced(String, Arc<[u8]>),
     Close,
 }
+
+/// Answers the iq requests (get or set) that arrive, given as bytes: the answer's own
+/// start and the bytes shared by every answer, or `None` for the default refusal.
+pub type Answerer = Box<dyn Fn(&[u8]) -> Option<(String, Arc<[u8]>)> + Send + Sync>;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Element>>>>;
 
@@ -74,6 +80,8 @@ pub struct Link {
     closed: Arc<Mutex<Option<String>>>,
     /// Feeds the [`Inbox`] (kept so that more connections can feed it too).
     inbox: mpsc::UnboundedSender<Vec<u8>>,
+    /// What answers iq requests, once set ([`Link::answer_with`]).
+    answerer: Arc<OnceLock<Answerer>>,
 }
 
 /// Stanzas the server sent that are not replies to our iqs (messages, that is pushes, and
@@ -115,9 +123,11 @@ impl Link {
             next_id: AtomicU64::new(0),
             closed: Arc::default(),
             inbox: inbox.clone(),
+            answerer: Arc::default(),
         });
         tokio::spawn(write_loop(w, out_rx, link.closed.clone()));
-        tokio::spawn(read_loop(reader, link.pending.clone(), inbox, link.out.clone(), link.closed.clone()));
+        let answerer = link.answerer.clone();
+        tokio::spawn(read_loop(reader, link.pending.clone(), inbox, link.out.clone(), link.closed.clone(), answerer));
         Ok(link)
     }
 
@@ -171,6 +181,12 @@ impl Link {
         }
     }
 
+    /// From now on, iq requests are answered by `answerer` (refused where it returns
+    /// `None`). Only the first call counts.
+    pub fn answer_with(&self, answerer: Answerer) {
+        let _ = self.answerer.set(answerer);
+    }
+
     /// Sends the stream footer after what is queued; the server then closes its side.
     pub fn close(&self) {
         let _ = self.out.send(Out::Close);
@@ -190,13 +206,13 @@ async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Out>,
     let mut closing = false;
     while !closing {
         match rx.recv().await {
-            Some(Out::Text(t)) => buf.extend_from_slice(t.as_bytes()),
             Some(Out::Close) | None => closing = true,
+            Some(out) => append(&mut buf, out),
         }
         while !closing && buf.len() < WRITE_BATCH {
             match rx.try_recv() {
-                Ok(Out::Text(t)) => buf.extend_from_slice(t.as_bytes()),
                 Ok(Out::Close) => closing = true,
+                Ok(out) => append(&mut buf, out),
                 Err(_) => break,
             }
         }
@@ -210,6 +226,18 @@ async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Out>,
         buf.clear();
     }
     let _ = w.shutdown().await;
+}
+
+/// Adds a stanza's text to what the writer will write.
+fn append(buf: &mut Vec<u8>, out: Out) {
+    match out {
+        Out::Text(t) => buf.extend_from_slice(t.as_bytes()),
+        Out::Spliced(head, shared) => {
+            buf.extend_from_slice(head.as_bytes());
+            buf.extend_from_slice(&shared);
+        }
+        Out::Close => {}
+    }
 }
 
 /// Connects and logs in (XEP-0114 §3): our stream header, the server's (for its id), the
@@ -338,14 +366,15 @@ pub fn refusal(el: &[u8]) -> String {
 }
 
 /// Reads stanzas: iq replies go to their requester (built as elements), iq requests get
-/// `service-unavailable` (every iq get/set deserves one reply), the rest goes to the inbox
-/// as bytes.
+/// the answerer's answer or `service-unavailable` (every iq get/set deserves one reply), the
+/// rest goes to the inbox as bytes.
 async fn read_loop(
     mut reader: Reader,
     pending: Pending,
     inbox: mpsc::UnboundedSender<Vec<u8>>,
     out: mpsc::UnboundedSender<Out>,
     closed: Arc<Mutex<Option<String>>>,
+    answerer: Arc<OnceLock<Answerer>>,
 ) {
     let mut stream_error_text = None;
     let why = loop {
@@ -367,7 +396,11 @@ async fn read_loop(
                     }
                 }
                 _ => {
-                    let _ = out.send(Out::Text(refusal(el)));
+                    let answer = match answerer.get().and_then(|a| a(el)) {
+                        Some((head, shared)) => Out::Spliced(head, shared),
+                        None => Out::Text(refusal(el)),
+                    };
+                    let _ = out.send(answer);
                 }
             },
             b"stream:error" => stream_error_text = Some(stream_error(el)),

@@ -11,7 +11,8 @@
 //! users instead: anonymous client sessions, one connection each (`session`).
 //!
 //! Modes: `pull` (pages, RSM or `max_items`), `publish` (Atom entries), `fanout` (pushes to
-//! many subscribers), `create` (a node, on services that need one created), `websub`
+//! many subscribers), `create` (a node, on services that need one created), `canned` (a
+//! component answering every items request with one page: the baseline of `pull`), `websub`
 //! (smartfeeds' WebSub hub, over HTTP only, with callbacks served by the tool), and `table` and
 //! `compare` (print JSON lines of earlier runs as one table, or side by side). Every run prints one JSON line on stdout
 //! and a readable table on stderr. Work is bounded by counts and by `--duration`, and only
@@ -23,6 +24,7 @@
 
 #![forbid(unsafe_code)]
 
+mod canned;
 mod compare;
 mod create;
 mod fanout;
@@ -79,6 +81,15 @@ enum Mode {
         common: Common,
         #[command(flatten)]
         args: fanout::FanoutArgs,
+    },
+    /// Serve as a pubsub service that answers every items request with one canned page
+    /// (smartfeeds' first page of `--node` from `--service`, captured once): the
+    /// baseline of `pull` through the server. Run it as its own component domain.
+    Canned {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: canned::CannedArgs,
     },
     /// Create the node with room for `--max-items` items (for Prosody's and ejabberd's pubsub).
     Create {
@@ -268,6 +279,7 @@ fn main() -> ExitCode {
         Mode::Publish { common, args } => Job::Xmpp(common, Run::Publish(args)),
         Mode::Fanout { common, args } => Job::Xmpp(common, Run::Fanout(args)),
         Mode::Create { common, args } => Job::Xmpp(common, Run::Create(args)),
+        Mode::Canned { common, args } => Job::Xmpp(common, Run::Canned(args)),
         Mode::HttpPull { common, args } => Job::Http(common, http::Run::Pull(args)),
         Mode::HttpPublish { common, args } => Job::Http(common, http::Run::Publish(args)),
         Mode::HttpLongpoll { common, args } => Job::Http(common, http::Run::Longpoll(args)),
@@ -328,6 +340,7 @@ enum Run {
     Publish(publish::PublishArgs),
     Fanout(fanout::FanoutArgs),
     Create(create::CreateArgs),
+    Canned(canned::CannedArgs),
 }
 
 async fn run(common: Common, mode: Run) -> Result<Report, String> {
@@ -345,6 +358,7 @@ async fn run(common: Common, mode: Run) -> Result<Report, String> {
                 Run::Pull(args) => pull::run(&ctx, &args).await,
                 Run::Publish(args) => publish::run(&ctx, &args).await,
                 Run::Create(args) => create::run(&ctx, &args).await,
+                Run::Canned(args) => canned::run(&ctx, &args).await,
                 Run::Fanout(_) => unreachable!("handled above"),
             }
         }

@@ -116,6 +116,11 @@ async fn discover(ctx: &impl Pager, args: &PullArgs, cap: u64) -> Result<Ring, S
             break;
         }
         let Some(last) = facts.last else { return Err(format!("{node}: a full page without RSM <last>")) };
+        // A page seen before (a service answering one page to every request, `canned`)
+        // closes the ring.
+        if ring.afters.contains(&Some(last.clone())) {
+            break;
+        }
         ring.afters.push(Some(last));
     }
     if ring.sizes.is_empty() {

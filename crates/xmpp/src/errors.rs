@@ -42,6 +42,11 @@ pub fn resource_constraint(text: &str) -> StanzaError {
     stanza_error(T::Wait, C::ResourceConstraint, Some(text), None)
 }
 
+/// `internal-server-error` (wait): something of ours failed; the caller logs what.
+pub fn internal(text: &str) -> StanzaError {
+    stanza_error(T::Wait, C::InternalServerError, Some(text), None)
+}
+
 /// `bad-request` for a request that did not parse.
 pub fn bad_request(text: &str) -> StanzaError {
     stanza_error(T::Modify, C::BadRequest, Some(text), None)

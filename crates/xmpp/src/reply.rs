@@ -3,22 +3,22 @@
 use jid::Jid;
 use xmpp_parsers::iq::Iq;
 use xmpp_parsers::ns;
-use xmpp_parsers::rsm::SetResult;
 use xmpp_parsers::stanza_error::StanzaError;
 use xso::error::Error;
 use xso::exports::rxml::xml_ncname;
 
 use super::stanza_parts::{Part, Parts, ToParts, attr, end, head_end, items, start};
-use feed::atom::DeletedEntry;
-use feed::position::rfc3339;
-use feed::{Item, Payload};
+use std::sync::Arc;
 
 /// An answer to an iq.
+// Boxing the larger variant would add an allocation to every iq reply; a reply lives in
+// the link's queue for a moment only.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Reply {
     /// Any iq reply.
     Iq(Iq),
-    /// A page of items, written with each stored entry as it is stored.
+    /// A page of items, its body ready as bytes (each stored entry in it as it is stored).
     Items(ItemsReply),
 }
 
@@ -52,78 +52,34 @@ impl ToParts for Reply {
     }
 }
 
-/// What an item of a page carries.
-#[derive(Debug)]
-enum Carried {
-    /// The entry as stored: standalone XML, its namespace declared on it.
-    Stored(String),
-    Tombstone(DeletedEntry),
-}
-
-/// `<iq type="result"><pubsub><items node>ITEMS</items><set/></pubsub></iq>` (XEP-0060 §6.5
-/// with XEP-0059).
+/// `<iq type="result">BODY</iq>`: a page of items (XEP-0060 §6.5 with XEP-0059), its body
+/// `<pubsub>…</pubsub>` ready as [`crate::ready`] made it.
 #[derive(Debug)]
 pub struct ItemsReply {
     from: Jid,
     to: Jid,
     id: String,
-    node: String,
-    items: Vec<(String, Carried)>,
-    set: Option<SetResult>,
+    body: Arc<str>,
 }
 
 impl ItemsReply {
-    /// The result of `id` from `from` to `to`: `items` of `node` in the view's order, and the
-    /// paging result `set`.
-    pub fn new(from: Jid, to: Jid, id: String, node: String, items: Vec<Item>, set: Option<SetResult>) -> ItemsReply {
-        let items = items
-            .into_iter()
-            .map(|item| {
-                let carried = match item.payload {
-                    Payload::Entry(xml) => Carried::Stored(xml),
-                    Payload::Tombstone { atom_ref, when } => {
-                        Carried::Tombstone(DeletedEntry { atom_ref, when: rfc3339(when) })
-                    }
-                };
-                (item.id, carried)
-            })
-            .collect();
-        ItemsReply { from, to, id, node, items, set }
+    /// The result of `id` from `from` to `to`, with `body` ([`crate::ready::page_body`]).
+    pub fn new(from: Jid, to: Jid, id: String, body: Arc<str>) -> ItemsReply {
+        ItemsReply { from, to, id, body }
     }
 
     fn parts(&self) -> Result<Parts<'_>, Error> {
-        let mut parts: Vec<Result<Part<'_>, Error>> = Vec::with_capacity(16 + 4 * self.items.len());
-        parts.extend(
-            [
-                start(ns::DEFAULT_NS, xml_ncname!("iq")),
-                attr(xml_ncname!("type"), "result"),
-                attr(xml_ncname!("from"), self.from.as_str()),
-                attr(xml_ncname!("to"), self.to.as_str()),
-                attr(xml_ncname!("id"), &self.id),
-                head_end(),
-                start(ns::PUBSUB, xml_ncname!("pubsub")),
-                head_end(),
-                start(ns::PUBSUB, xml_ncname!("items")),
-                attr(xml_ncname!("node"), &self.node),
-                head_end(),
-            ]
-            .into_iter()
-            .map(Ok),
-        );
-        for (id, carried) in &self.items {
-            parts.extend([start(ns::PUBSUB, xml_ncname!("item")), attr(xml_ncname!("id"), id), head_end()].map(Ok));
-            match carried {
-                Carried::Stored(xml) => parts.push(Ok(Part::Verbatim(xml))),
-                Carried::Tombstone(t) => parts.extend(items(t)?),
-            }
-            parts.push(Ok(end()));
-        }
-        parts.push(Ok(end()));
-        if let Some(set) = &self.set {
-            parts.extend(items(set)?);
-        }
-        parts.extend([end(), end()].map(Ok));
-        Ok(Box::new(parts.into_iter()))
+        let parts = [
+            start(ns::DEFAULT_NS, xml_ncname!("iq")),
+            attr(xml_ncname!("type"), "result"),
+            attr(xml_ncname!("from"), self.from.as_str()),
+            attr(xml_ncname!("to"), self.to.as_str()),
+            attr(xml_ncname!("id"), &self.id),
+            head_end(),
+            Part::Verbatim(&self.body),
+            end(),
+        ];
+        Ok(Box::new(parts.into_iter().map(Ok)))
     }
 }
 
@@ -131,11 +87,18 @@ impl ItemsReply {
 mod tests {
     use super::*;
     use crate::payloads::{ATOM, ItemsResult};
+    use crate::ready::{ItemXml, page_body};
+    use feed::{Item, Payload};
     use minidom::Element;
-    use xmpp_parsers::rsm::First;
+    use xmpp_parsers::rsm::{First, SetResult};
 
     fn item(id: &str, payload: Payload) -> Item {
         Item::bare(id.into(), 1, payload)
+    }
+
+    fn body(node: &str, items: &[Item], set: Option<&SetResult>) -> Arc<str> {
+        let forms: Vec<_> = items.iter().map(|i| Arc::new(ItemXml::of(i))).collect();
+        page_body(node, &forms, set).unwrap().into()
     }
 
     #[test]
@@ -152,7 +115,7 @@ mod tests {
         };
         let from: Jid = "feeds.localhost".parse().unwrap();
         let to: Jid = "a@localhost/r".parse().unwrap();
-        let reply = Reply::Items(ItemsReply::new(from, to, "q1".into(), "c?order=modified".into(), items, Some(set)));
+        let reply = Reply::Items(ItemsReply::new(from, to, "q1".into(), body("c?order=modified", &items, Some(&set))));
         let xml = reply.to_xml();
         assert!(xml.contains(entry), "the stored entry goes out byte for byte: {xml}");
         let expected: Element = "<iq xmlns='jabber:component:accept' type='result' from='feeds.localhost' \
@@ -182,9 +145,7 @@ mod tests {
             "feeds.localhost".parse().unwrap(),
             "a@localhost".parse().unwrap(),
             "q2".into(),
-            "c".into(),
-            Vec::new(),
-            Some(set),
+            body("c", &[], Some(&set)),
         );
         let xml = Reply::Items(reply).to_xml();
         assert!(

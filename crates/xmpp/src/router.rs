@@ -4,10 +4,12 @@
 
 use super::errors::{bad_request, policy_violation};
 use super::iq::{Answer, Ctx, Request};
+use super::ready::Ready;
 use super::reply::{ItemsReply, Reply};
 use feed::ports::Store;
 use feed::service::Service;
 use jid::Jid;
+use std::sync::Arc;
 use tracing::Instrument;
 use xmpp_parsers::iq::Iq;
 
@@ -16,6 +18,7 @@ use xmpp_parsers::iq::Iq;
 pub struct Router<S: Store> {
     svc: Service<S>,
     me: Jid,
+    ready: Arc<Ready>,
 }
 
 /// A served request: what kind it was (for metrics) and its reply.
@@ -25,8 +28,9 @@ pub struct Served {
 }
 
 impl<S: Store> Router<S> {
-    pub fn new(svc: Service<S>, me: Jid) -> Self {
-        Router { svc, me }
+    /// Serves `svc` as `me`, answering pulls with pages made and kept by `ready`.
+    pub fn new(svc: Service<S>, me: Jid, ready: Arc<Ready>) -> Self {
+        Router { svc, me, ready }
     }
 
     pub fn me(&self) -> &Jid {
@@ -49,12 +53,12 @@ impl<S: Store> Router<S> {
         let request = Request::parse(payload, set);
         let kind = request.kind();
         let span = tracing::debug_span!("request", kind, node = request.node(), %from, %id);
-        let ctx = Ctx { svc: &self.svc, me: &self.me, actor: from.to_bare().to_string() };
+        let ctx = Ctx { svc: &self.svc, ready: &self.ready, me: &self.me, actor: from.to_bare().to_string() };
         let answer = request.apply(&ctx).instrument(span).await;
         let me = self.me.clone();
         let reply = match answer {
             Ok(Answer::Payload(payload)) => Reply::Iq(Iq::Result { from: Some(me), to: Some(from), id, payload }),
-            Ok(Answer::Page { node, items, set }) => Reply::Items(ItemsReply::new(me, from, id, node, items, set)),
+            Ok(Answer::Page(body)) => Reply::Items(ItemsReply::new(me, from, id, body)),
             Err(error) => Reply::Iq(Iq::Error { from: Some(me), to: Some(from), id, error, payload: None }),
         };
         Some(Served { kind, reply })

@@ -17,6 +17,9 @@ use xmpp_parsers::component::Handshake;
 use xmpp_parsers::stanza::Stanza;
 use xso::{AsXml, error::Error};
 
+/// The namespace of a stream's own elements (`stream:stream`, `stream:error`).
+pub const STREAM_NS: &str = "http://etherx.jabber.org/streams";
+
 /// A piece of a stanza.
 #[derive(Debug)]
 pub enum Part<'x> {
@@ -83,6 +86,31 @@ impl XmlBuf {
             encoder.ns_tracker_mut().declare_fixed(*prefix, (*uri).into());
         }
         XmlBuf { encoder, bytes: Vec::with_capacity(capacity) }
+    }
+
+    /// For a component stream (XEP-0114): its header declares the `stream` prefix and the
+    /// default namespace `jabber:component:accept`, so stanzas carry no xmlns of their own.
+    /// The header itself must be the first thing encoded (it carries the declarations).
+    pub fn in_component_stream(capacity: usize) -> XmlBuf {
+        let declared =
+            [(Some(xso::exports::rxml::xml_ncname!("stream")), STREAM_NS), (None, xmpp_parsers::ns::COMPONENT)];
+        XmlBuf::in_stream(&declared, capacity)
+    }
+
+    /// For XML written inside a component stream's stanza, in the elements `open` (namespace
+    /// and name of each, outermost first, the stanza included): the stream's header and
+    /// their start tags are encoded, then dropped, so what is encoded next is written
+    /// exactly as inside them (namespaces declared only where they change).
+    pub fn within(open: &[(&'static str, &'static NcNameStr)], capacity: usize) -> XmlBuf {
+        let mut buf = XmlBuf::in_component_stream(capacity);
+        let header = [start(STREAM_NS, xso::exports::rxml::xml_ncname!("stream")), head_end()];
+        let opened = open.iter().flat_map(|&(ns, name)| [start(ns, name), head_end()]);
+        for part in header.into_iter().chain(opened) {
+            // Start tags of known names in known namespaces always encode.
+            buf.put_part(part).expect("a start tag encodes");
+        }
+        buf.bytes.clear();
+        buf
     }
 
     /// Encodes `x` at the end. On error nothing of it stays.

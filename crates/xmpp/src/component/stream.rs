@@ -12,7 +12,7 @@
 //! parser stays in sync) and the reader reports [`Frame::Dropped`] with the stanza's
 //! header, so an iq still gets its error reply and the link stays up.
 
-use crate::stanza_parts::{ToParts, XmlBuf, attr, declaration, end, head_end, start};
+use crate::stanza_parts::{STREAM_NS, ToParts, XmlBuf, attr, declaration, end, head_end, start};
 use minidom::Element;
 use minidom::tree_builder::TreeBuilder;
 use rxml::RawEvent;
@@ -25,8 +25,6 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use xmpp_parsers::component::Handshake;
 use xmpp_parsers::ns;
-
-const STREAM_NS: &str = "http://etherx.jabber.org/streams";
 
 /// What one inbound stanza may be. Past either limit the stanza is reported, not built.
 #[derive(Clone, Copy, Debug)]
@@ -288,9 +286,7 @@ pub struct Writer {
 
 impl Writer {
     fn new(io: OwnedWriteHalf) -> Writer {
-        // Declared on the stream header, so that stanzas need no xmlns of their own.
-        let declared = [(Some(rxml::xml_ncname!("stream")), STREAM_NS), (None, ns::COMPONENT)];
-        Writer { io, buf: XmlBuf::in_stream(&declared, 64 * 1024) }
+        Writer { io, buf: XmlBuf::in_component_stream(64 * 1024) }
     }
 
     /// Encodes the stream header, `<stream:stream to=…>`; [`Writer::close`] ends it.

@@ -20,30 +20,31 @@ pub use pull::rsm_result;
 use super::errors::{bad_request, service_unavailable, to_stanza_error, unsupported};
 use super::payloads::commands::COMMANDS;
 use super::payloads::{ItemsQuery, PublishRequest};
+use super::ready::Ready;
 use feed::FeedError;
-use feed::Item;
 use feed::ports::Store;
 use feed::service::Service;
 use jid::Jid;
 use minidom::Element;
+use std::sync::Arc;
 use xmpp_parsers::ns;
-use xmpp_parsers::rsm::SetResult;
 use xmpp_parsers::stanza_error::StanzaError;
 
-/// What a request needs to be applied: the service and who it comes from.
+/// What a request needs to be applied: the service, the ready pages and who it comes from.
 pub struct Ctx<'a, S: Store> {
     pub svc: &'a Service<S>,
+    pub ready: &'a Ready,
     /// The component's own JID (disco items name it).
     pub me: &'a Jid,
     /// The sender's bare JID: the actor every decision is about.
     pub actor: String,
 }
 
-/// What a request answers: a result payload (or none), or a page of items, which is
-/// written with its entries as they are stored.
+/// What a request answers: a result payload (or none), or the body of a page of items,
+/// ready as bytes.
 pub enum Answer {
     Payload(Option<Element>),
-    Page { node: String, items: Vec<Item>, set: Option<SetResult> },
+    Page(Arc<str>),
 }
 
 impl From<Option<Element>> for Answer {

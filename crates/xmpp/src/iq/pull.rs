@@ -2,11 +2,12 @@
 //! items by id, or the most recent items.
 
 use super::{Answer, Ctx, fail};
-use crate::errors::bad_request;
+use crate::errors::{bad_request, internal};
 use crate::payloads::ItemsQuery;
 use feed::paging::Page;
 use feed::ports::Store;
 use feed::service::PullRequest;
+use feed::{FeedError, NodeName};
 use minidom::Element;
 use xmpp_parsers::rsm::{First, SetResult};
 use xmpp_parsers::stanza_error::StanzaError;
@@ -35,13 +36,29 @@ impl Pull {
         &self.req.node
     }
 
+    /// The page's body: kept for the feed's generation, or read and made of ready items
+    /// (and kept).
     pub async fn apply<S: Store>(self, ctx: &Ctx<'_, S>) -> Result<Answer, StanzaError> {
-        let node = self.req.node.clone();
+        let req = self.req;
+        // A node that does not name a feed is refused by the pull itself, as before.
+        let Ok(feed) = NodeName::parse(&req.node).map(|n| n.feed) else {
+            let refused = ctx.svc.pull(&ctx.actor, req).await.err();
+            return Err(fail(refused.unwrap_or_else(|| FeedError::BadRequest("unreadable node name".into()))));
+        };
+        let generation = ctx.ready.generation(ctx.svc, &ctx.actor, &req.node, &feed).await.map_err(fail)?;
+        if let Some(body) = ctx.ready.kept(&req, generation) {
+            return Ok(Answer::Page(body));
+        }
         // Items asked for by id come without paging information.
-        let lookup = !self.req.ids.is_empty();
-        let page = ctx.svc.pull(&ctx.actor, self.req).await.map_err(fail)?;
+        let lookup = !req.ids.is_empty();
+        let page = ctx.svc.pull(&ctx.actor, req.clone()).await.map_err(fail)?;
         let set = (!lookup).then(|| rsm_result(&page));
-        Ok(Answer::Page { node, items: page.items, set })
+        let body = ctx.ready.body(&feed, &req.node, &page.items, set.as_ref()).map_err(|e| {
+            tracing::error!(error = %e, node = %req.node, "a page could not be written");
+            internal("the page could not be written")
+        })?;
+        ctx.ready.keep(req, generation, body.clone());
+        Ok(Answer::Page(body))
     }
 }
 

@@ -1,12 +1,13 @@
 //! Each feed's change generation, which validates every answer about the feed without
-//! reading its items.
+//! reading its items; both faces keep their hot answers by it (HTTP's `answer_cache`,
+//! XMPP's `ready`).
 //!
 //! The generation is the feed's last modified seq: every publish, update and retraction
 //! stamps a new, greater one, and it is kept in the store, so it survives restarts and
 //! means the same in every process. An answer about a feed (a page of one of its views, an
 //! archive document) is a function of the request and the feed's items, so it can change
-//! only when the generation does: its ETag is derived from the two
-//! ([`crate::answer_cache`]), and a 304 needs no item read.
+//! only when the generation does: an HTTP ETag is derived from the two (the HTTP face's
+//! `answer_cache`), and a 304 needs no item read.
 //!
 //! Where this process makes every commit of the store (SQLite), the generations are kept
 //! in memory: the change sink raises a feed's on the store's writer thread, after the
@@ -20,9 +21,9 @@
 //! to that generation (possibly one more, which only costs a later 200 where a 304 could
 //! have been).
 
-use feed::ports::{ChangeSink, Store};
-use feed::service::Service;
-use feed::{Change, FeedError};
+use crate::ports::{ChangeSink, Store};
+use crate::service::Service;
+use crate::{Change, FeedError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -65,7 +66,7 @@ impl Generations {
     pub async fn get<S: Store>(&self, svc: &Service<S>, actor: &str, node: &str, feed: &str) -> Result<i64, FeedError> {
         if let Some(local) = &self.local {
             // The policy is asked on every request, also when the generation is known.
-            svc.may(actor, feed::Action::Read, feed)?;
+            svc.may(actor, crate::Action::Read, feed)?;
             if let Some(&g) = local.lock().unwrap_or_else(PoisonError::into_inner).get(feed) {
                 return Ok(g);
             }
