@@ -5,13 +5,14 @@
 # timed from its answer to its last delivery. The load tool checks that every subscriber
 # got every item once, in order, with an unbroken fo:prev_cursor chain.
 #
-# Usage: scripts/bench-websub.sh            (SUBSCRIBERS [10000], PUBLISHES [20], ROUNDS [3])
+# Usage: scripts/bench-websub.sh            (SUBSCRIBERS [10000], PUBLISHES [20], ROUNDS [3];
+#                                            BENCH_SKIP_BUILD=1 uses target/profiling as it is)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUBSCRIBERS=${SUBSCRIBERS:-10000}
 PUBLISHES=${PUBLISHES:-20}
 ROUNDS=${ROUNDS:-3}
-cargo build --profile profiling --bin smartfeeds --bin smartfeeds-load >&2
+[ "${BENCH_SKIP_BUILD:-0}" = 1 ] || cargo build --profile profiling --bin smartfeeds --bin smartfeeds-load >&2
 dir=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -88,7 +88,7 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
         let svc = hub.svc.clone();
         let read =
             || async move { svc.outbox(feed, view, delivered, batch).await.map(|e| Arc::new(document::Batch::new(e))) };
-        let read = hub.reads.get(key, (generation, delivered), read).await;
+        let read = hub.reads.get((key, delivered), generation, read).await;
         let batch = match read {
             Ok(e) => e,
             Err(e) => {

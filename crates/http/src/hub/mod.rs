@@ -86,8 +86,11 @@ pub struct Hub<S: Store> {
     client: outbound::Client,
     metrics: Arc<Metrics>,
     registry: Arc<Registry>,
-    /// One outbox read for all the subscriptions of a view, per change and progress mark.
-    reads: SingleFlight<ViewKey, (u64, i64), Arc<document::Batch>, FeedError>,
+    /// One outbox read for all the subscriptions of a view at one progress mark, per change.
+    /// The mark is part of the group, not the tag: subscriptions of one view a document apart
+    /// (some delivered, some still posting) then keep a read each instead of replacing each
+    /// other's, which made a read per subscription at every publish.
+    reads: SingleFlight<(ViewKey, i64), u64, Arc<document::Batch>, FeedError>,
     slots: Arc<Semaphore>,
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Progress not saved yet: subscription id → outbox seq delivered up to.
