@@ -28,6 +28,7 @@ fi
 missing=()
 command -v prosody >/dev/null 2>&1 || missing+=(prosody)
 command -v curl >/dev/null 2>&1 || missing+=(curl) # checks that the demo feed is imported
+command -v make >/dev/null 2>&1 || missing+=(make) # builds jemalloc, the service's allocator
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "installing ${missing[*]} (Debian packages)..."
 	if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi

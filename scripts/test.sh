@@ -15,6 +15,7 @@ command -v ejabberdctl >/dev/null 2>&1 || [ -x /usr/sbin/ejabberdctl ] || missin
 # Prosody resolves s2s peers with libunbound; the federation test needs it (not the machine's resolver).
 dpkg -s lua-unbound >/dev/null 2>&1 || missing+=(lua-unbound)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium) # the HTTP page's browser test
+command -v make >/dev/null 2>&1 || missing+=(make) # builds jemalloc, the service's allocator
 # The PostgreSQL store's tests start private servers of their own (initdb, pg_ctl).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
 # The OpenAPI tests check the description with openapi-spec-validator and test the API with
