@@ -16,7 +16,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use feed::ports::Store;
 use feed::service::PullRequest;
-use feed::{Cursor, FeedError, Position};
+use feed::{FeedError, Position};
 use futures::StreamExt;
 use metrics::HeldGuard;
 use std::convert::Infallible;
@@ -32,16 +32,18 @@ const KEEPALIVE: Duration = Duration::from_secs(15);
 /// very bytes.
 pub struct Events {
     bytes: Bytes,
-    /// The cursor of the last event; `None` when there were no items.
-    last: Option<Cursor>,
+    /// Where the streams that sent these go on from (`cursor:` of the last event), made once
+    /// for all of them; `None` when there were no items.
+    next: Option<Arc<str>>,
     /// Whether the read found fewer items than it could take: nothing was left after them.
     all: bool,
 }
 
-/// Reads of streams shared by the streams at the same place: by actor, view and position,
-/// for a wake-up generation (see [`crate::single_flight`]).
-pub type EventFlights =
-    super::single_flight::SingleFlight<(String, String, Option<String>), u64, Arc<Events>, FeedError>;
+/// Reads of streams shared by the streams at the same place: by actor and view (one string
+/// per stream, made once) and position, for a wake-up generation (see
+/// [`crate::single_flight`]). Keys are shared strings, so ten thousand streams woken at once
+/// copy none.
+pub type EventFlights = super::single_flight::SingleFlight<(Arc<str>, Option<Arc<str>>), u64, Arc<Events>, FeedError>;
 
 struct Streaming<S: Store> {
     st: Arc<HttpState<S>>,
@@ -49,8 +51,10 @@ struct Streaming<S: Store> {
     /// The ascending twin of the view.
     node: String,
     feed: String,
+    /// The actor and the node: the stream's part of its reads' key.
+    asker: Arc<str>,
     /// The position after which to read next (`cursor:…`), or the start of the view.
-    pos: Option<String>,
+    pos: Option<Arc<str>>,
     /// The wake-up generation of the view as of which the stream has every item: no need to
     /// read again before the next wake-up.
     caught_up: Option<u64>,
@@ -96,8 +100,19 @@ pub async fn stream<S: Store>(
     let probe = PullRequest { node: node.clone(), max: Some(0), after: pos.clone(), ..Default::default() };
     st.svc.pull(actor.as_str(), probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
     let _metric = st.metrics.held("stream");
-    let state =
-        Streaming { st: st.clone(), actor, node, feed: r.view.feed.clone(), pos, caught_up: None, held, _metric };
+    let asker = format!("{}\n{node}", actor.as_str()).into();
+    let pos = pos.map(Arc::from);
+    let state = Streaming {
+        st: st.clone(),
+        actor,
+        node,
+        feed: r.view.feed.clone(),
+        asker,
+        pos,
+        caught_up: None,
+        held,
+        _metric,
+    };
     let events = futures::stream::unfold(state, step).map(Ok::<_, Infallible>);
     let mut res = Response::new(Body::from_stream(events));
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -130,10 +145,11 @@ async fn step<S: Store>(mut s: Streaming<S>) -> Option<(Bytes, Streaming<S>)> {
 /// woken by the same wake-up: `None` (the stream ends) if the read fails, `Some(None)` when
 /// there are none.
 async fn read<S: Store>(s: &mut Streaming<S>, generation: u64) -> Option<Option<Bytes>> {
-    let read = {
-        let (st, actor, node, feed, pos) =
-            (s.st.clone(), s.actor.as_str().to_string(), s.node.clone(), s.feed.clone(), s.pos.clone());
-        || async move {
+    // What the read needs is copied only by the stream that starts it.
+    let read = || {
+        let (st, actor, node, feed) = (s.st.clone(), s.actor.as_str().to_string(), s.node.clone(), s.feed.clone());
+        let pos = s.pos.as_deref().map(str::to_string);
+        async move {
             let req = PullRequest { node, max: Some(BATCH), after: pos, ..Default::default() };
             let page = st.svc.pull(&actor, req).await?;
             let mut text = String::new();
@@ -141,10 +157,11 @@ async fn read<S: Store>(s: &mut Streaming<S>, generation: u64) -> Option<Option<
                 st.renders.of(&feed, item).event(&c.to_string(), &mut text);
             }
             let all = (page.items.len() as u64) < BATCH;
-            Ok(Arc::new(Events { bytes: Bytes::from(text), last: page.cursors.last().copied(), all }))
+            let next = page.cursors.last().map(|c| Arc::from(format!("cursor:{c}")));
+            Ok(Arc::new(Events { bytes: Bytes::from(text), next, all }))
         }
     };
-    let group = (s.actor.as_str().to_string(), s.node.clone(), s.pos.clone());
+    let group = (s.asker.clone(), s.pos.clone());
     let events = match s.st.events.get(group, generation, read).await {
         Ok(e) => e,
         Err(e) => {
@@ -155,9 +172,9 @@ async fn read<S: Store>(s: &mut Streaming<S>, generation: u64) -> Option<Option<
     if events.all {
         s.caught_up = Some(generation);
     }
-    match events.last {
-        Some(last) => {
-            s.pos = Some(format!("cursor:{last}"));
+    match &events.next {
+        Some(next) => {
+            s.pos = Some(next.clone());
             Some(Some(events.bytes.clone()))
         }
         None => Some(None),
