@@ -43,18 +43,9 @@ impl SourceHub {
     /// A hub granting leases of `lease_seconds`.
     pub fn start(lease_seconds: u64) -> SourceHub {
         let inner = Arc::new(Mutex::new(Inner { lease: lease_seconds, requests: Vec::new() }));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port for the hub");
-        let port = listener.local_addr().expect("an address").port();
-        listener.set_nonblocking(true).expect("a non-blocking listener");
         let state = inner.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
-                let app = axum::Router::new().fallback(move |body: Bytes| subscribe(state.clone(), body));
-                let _ = axum::serve(listener, app).await;
-            });
-        });
+        let app = axum::Router::new().fallback(move |body: Bytes| subscribe(state.clone(), body));
+        let port = super::source_server::serve_on_thread(std::net::Ipv4Addr::LOCALHOST, app);
         SourceHub { url: format!("http://127.0.0.1:{port}/"), inner }
     }
 

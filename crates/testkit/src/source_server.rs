@@ -94,19 +94,9 @@ impl SourceServer {
     /// [`start`](Self::start) on another loopback address (`127.0.0.2`, …).
     pub fn start_on(ip: std::net::Ipv4Addr) -> SourceServer {
         let inner: Arc<Mutex<Inner>> = Arc::default();
-        let listener = std::net::TcpListener::bind((ip, 0)).expect("a port for the source server");
-        let port = listener.local_addr().expect("an address").port();
-        listener.set_nonblocking(true).expect("a non-blocking listener");
         let state = inner.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
-                let app = axum::Router::new()
-                    .fallback(move |uri: Uri, headers: HeaderMap| answer(state.clone(), uri, headers));
-                let _ = axum::serve(listener, app).await;
-            });
-        });
+        let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap| answer(state.clone(), uri, headers));
+        let port = serve_on_thread(ip, app);
         SourceServer { base: format!("http://{ip}:{port}"), inner }
     }
 
@@ -207,4 +197,20 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
             (name == "gzip" || name == "*") && !refused
         },
     )
+}
+
+/// Serves `app` on a free port of `ip` from a thread and runtime of its own, so it keeps
+/// answering whichever test's runtime started it; returns the port.
+pub(crate) fn serve_on_thread(ip: std::net::Ipv4Addr, app: axum::Router) -> u16 {
+    let listener = std::net::TcpListener::bind((ip, 0)).expect("a loopback port for a test server");
+    let port = listener.local_addr().expect("an address").port();
+    listener.set_nonblocking(true).expect("a non-blocking listener");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
+            let _ = axum::serve(listener, app).await;
+        });
+    });
+    port
 }
