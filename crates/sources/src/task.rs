@@ -85,6 +85,12 @@ impl<S: Store> Task<S> {
         let mut share = self.share.clone();
         loop {
             let owner = self.owned().await;
+            // The saved state is read when this instance starts fetching the source (at start,
+            // or on taking it over) and for a fetch it makes for a ping only, not at every
+            // fetch: while it keeps fetching, it saves what it holds itself. (Validators another
+            // instance saved after a ping meanwhile are newer; older ones only cost one whole
+            // document.)
+            let stale = !owner || !was_owner;
             if owner {
                 was_owner = true;
             } else {
@@ -111,7 +117,9 @@ impl<S: Store> Task<S> {
             }
             pinged = false;
             status.idle = None;
-            self.load_state(&mut location, &mut validators, &mut saved).await;
+            if stale {
+                self.load_state(&mut location, &mut validators, &mut saved).await;
+            }
             let outcome = self.fetch_once(&mut location, &mut validators, &mut hub, &mut hub_read).await;
             self.save_state(&location, validators.as_ref(), &mut saved).await;
             self.metrics.fetch(outcome.label());
