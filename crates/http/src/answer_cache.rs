@@ -18,17 +18,16 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use feed::ready::{ByGeneration, Weighed};
 use std::sync::Arc;
 
 /// What the cache may hold, bytes of bodies.
 const CACHE_BYTES: u64 = 32 << 20;
 /// Bodies larger than this are not kept (a page of the largest size still is).
-const LARGEST_KEPT: usize = 4 << 20;
+const LARGEST_KEPT: u32 = 4 << 20;
 
 /// One answer, ready to send.
 pub struct Answer {
-    /// The feed's generation it was made at.
-    pub generation: i64,
     pub etag: HeaderValue,
     pub content_type: HeaderValue,
     pub body: Bytes,
@@ -81,40 +80,42 @@ pub fn matches(headers: &HeaderMap, etag: &HeaderValue) -> bool {
         .any(|v| crate::formats::none_match(v, tag))
 }
 
+/// An answer weighs its body.
+impl Weighed for Answer {
+    fn weight(&self) -> u32 {
+        u32::try_from(self.body.len()).unwrap_or(u32::MAX)
+    }
+}
+
 /// Kept answers by key; see the module docs.
 pub struct AnswerCache {
-    cache: moka::sync::Cache<String, Arc<Answer>>,
+    kept: ByGeneration<String, Answer>,
 }
 
 impl Default for AnswerCache {
     fn default() -> Self {
-        let cache = moka::sync::Cache::builder()
-            .max_capacity(CACHE_BYTES)
-            .weigher(|k: &String, a: &Arc<Answer>| u32::try_from(k.len() + a.body.len() + 128).unwrap_or(u32::MAX))
-            .build();
-        AnswerCache { cache }
+        AnswerCache {
+            kept: ByGeneration::new(CACHE_BYTES, LARGEST_KEPT, |k| u32::try_from(k.len()).unwrap_or(u32::MAX)),
+        }
     }
 }
 
 impl AnswerCache {
     /// The kept answer to `key`, if it was made at `generation`.
     pub fn get(&self, key: &str, generation: i64) -> Option<Arc<Answer>> {
-        self.cache.get(key).filter(|a| a.generation == generation)
+        self.kept.get(key, generation)
     }
 
     /// The answer to `key` at `generation` with this body, kept for the next requests.
     pub fn put(&self, key: String, generation: i64, made: Made) -> Arc<Answer> {
         let answer = Arc::new(Answer {
-            generation,
             etag: etag(&key, generation),
             content_type: HeaderValue::from_static(made.content_type),
             body: Bytes::from(made.body),
             empty: made.empty,
             archived: made.archived,
         });
-        if answer.body.len() <= LARGEST_KEPT && self.cache.get(&key).is_none_or(|a| a.generation <= generation) {
-            self.cache.insert(key, answer.clone());
-        }
+        self.kept.keep(key, generation, answer.clone());
         answer
     }
 }

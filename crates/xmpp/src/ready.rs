@@ -24,7 +24,7 @@ use feed::atom::DeletedEntry;
 use feed::generations::Generations;
 use feed::ports::Store;
 use feed::position::rfc3339;
-use feed::ready::{ByVersion, Weighed};
+use feed::ready::{ByGeneration, ByVersion, Weighed};
 use feed::service::{PullRequest, Service};
 use feed::{FeedError, Item, Payload};
 use std::io;
@@ -49,7 +49,7 @@ const ITEM_BYTES: u64 = 64 << 20;
 /// What the cache of page bodies may hold, bytes.
 const PAGE_BYTES: u64 = 32 << 20;
 /// Bodies larger than this are not kept.
-const LARGEST_KEPT: usize = 4 << 20;
+const LARGEST_KEPT: u32 = 4 << 20;
 
 /// An item as a page carries it: `<item id='ID'>ENTRY</item>` (the entry as stored, or its
 /// tombstone), written as inside `<items/>`, whose namespace it shares; or why it could not
@@ -161,28 +161,19 @@ pub fn page_body(node: &str, items: &[Arc<ItemXml>], set: Option<&SetResult>) ->
     utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// A kept body and the generation it was made at.
-struct Kept {
-    generation: i64,
-    body: Arc<str>,
-}
-
 /// The item forms and the kept page bodies; see the module docs.
 pub struct Ready {
     items: ByVersion<ItemXml>,
-    pages: moka::sync::Cache<PullRequest, Arc<Kept>>,
+    pages: ByGeneration<PullRequest, str>,
     generations: Arc<Generations>,
 }
 
 impl Ready {
     /// Kept by the feeds' `generations`, which the store's change sink must keep up to date.
     pub fn new(generations: Arc<Generations>) -> Ready {
-        let pages = moka::sync::Cache::builder()
-            .max_capacity(PAGE_BYTES)
-            .weigher(|k: &PullRequest, v: &Arc<Kept>| {
-                u32::try_from(v.body.len() + k.node.len() + 128).unwrap_or(u32::MAX)
-            })
-            .build();
+        let pages = ByGeneration::new(PAGE_BYTES, LARGEST_KEPT, |k: &PullRequest| {
+            u32::try_from(k.node.len()).unwrap_or(u32::MAX)
+        });
         Ready { items: ByVersion::new(ITEM_BYTES), pages, generations }
     }
 
@@ -200,16 +191,13 @@ impl Ready {
 
     /// The body kept for `req` at `generation`, if any.
     pub fn kept(&self, req: &PullRequest, generation: i64) -> Option<Arc<str>> {
-        self.pages.get(req).filter(|k| k.generation == generation).map(|k| k.body.clone())
+        self.pages.get(req, generation)
     }
 
     /// Keeps `body`, made for `req` at `generation` (unless a body of a later generation is
     /// kept already).
     pub fn keep(&self, req: PullRequest, generation: i64, body: Arc<str>) {
-        if body.len() > LARGEST_KEPT || self.pages.get(&req).is_some_and(|k| k.generation > generation) {
-            return;
-        }
-        self.pages.insert(req, Arc::new(Kept { generation, body }));
+        self.pages.keep(req, generation, body);
     }
 
     /// The body of a page of `node` (of `feed`) holding `items`, with `set`.
