@@ -113,11 +113,12 @@ async fn talk_and_survive_restarts<S: Server>() {
     server.restart();
     assert_eq!(server.ports(), ports);
     // Clients get a <system-shutdown/> stream error and the footer; Prosody 0.12 and
-    // ejabberd 23.01 just close the TCP connection of components: no stream error, no footer.
+    // ejabberd 23.01 mostly just close the TCP connection of components, though ejabberd
+    // sometimes sends them <system-shutdown/> too (which of the two depends on timing).
     let reason = alice.wait_closed(SHORT).await.expect("alice's stream ends on shutdown");
     assert!(reason.contains("system-shutdown"), "{reason}");
     let reason = component.wait_closed(SHORT).await.expect("the component stream ends on shutdown");
-    assert!(!reason.contains("stream:error"), "{reason}");
+    assert!(!reason.contains("stream:error") || reason.contains("system-shutdown"), "{reason}");
     assert!(component.wait_closed(SHORT).await.is_some(), "the component stream ends on shutdown");
     admin.wait_closed(SHORT).await.expect("admin's stream ends on shutdown");
     // ... and everything works again after reconnecting; the database survived.

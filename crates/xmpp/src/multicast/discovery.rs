@@ -40,6 +40,13 @@ pub enum Query {
 }
 
 impl Query {
+    /// The JID asked.
+    pub fn jid(&self) -> &str {
+        match self {
+            Query::Info(jid) | Query::Items(jid) => jid,
+        }
+    }
+
     /// The query as an iq `get` from `from` with stanza id `id`.
     pub fn iq(&self, from: &Jid, id: String) -> Result<Iq, jid::Error> {
         let iq = match self {

@@ -14,6 +14,7 @@ use std::time::Instant;
 use jid::Jid;
 use xmpp_parsers::disco::{DiscoInfoResult, DiscoItemsResult};
 use xmpp_parsers::iq::Iq;
+use xmpp_parsers::ns;
 
 use super::{Discovery, Fallback, Limits, Outgoing, Query, Refusal, Service, plan};
 use crate::payloads::Push;
@@ -21,8 +22,9 @@ use crate::payloads::Push;
 /// Stanza ids of our discovery queries start with this, so their answers are told apart
 /// from every other iq result.
 const QUERY_ID: &str = "mc-disco-";
-/// How often unanswered discovery queries are asked again on one connection.
-const ASK_AGAIN: u32 = 10;
+/// How often unanswered discovery queries are asked again on one connection (every
+/// `DISCOVERY_RETRY`, so for 20 s).
+const ASK_AGAIN: u32 = 40;
 /// Stanza ids of our probes (see [`LinkMulticast::probe`]).
 const PROBE_ID: &str = "mc-probe-";
 
@@ -88,7 +90,8 @@ impl LinkMulticast {
     /// The discovery queries still unanswered, asked again under new ids (at most
     /// [`ASK_AGAIN`] times per connection). With several instances on one domain, ejabberd
     /// routes an answer to any of them, so an instance's answer may go to another; a query
-    /// asked again reaches us sooner or later. Answers to the old ids are ignored.
+    /// asked again reaches us sooner or later, or another instance's answer about the same
+    /// JID does (see [`LinkMulticast::answer`]).
     pub fn ask_again(&self) -> Vec<Iq> {
         let mut state = self.state();
         if state.discovery.is_none() || state.asked.is_empty() {
@@ -132,11 +135,17 @@ impl LinkMulticast {
         iqs
     }
 
-    /// Takes `iq` if it answers one of our discovery queries (a result or an error).
+    /// Takes `iq` if it answers a discovery query (a result or an error).
+    ///
+    /// A result counts for what it answers, the disco#info or disco#items of its sender,
+    /// whichever stanza id it carries: instances on one domain ask as the same JID, so
+    /// another instance's answer (which ejabberd may route to us) is the one we would get,
+    /// and every instance numbers its queries alike, so an id alone could name another
+    /// JID's query. An error counts only for the query of its id, and only from that JID.
     pub fn answer(&self, iq: &Iq) -> Answer {
-        let (id, payload) = match iq {
-            Iq::Result { id, payload, .. } => (id, payload.as_ref()),
-            Iq::Error { id, .. } => (id, None),
+        let (id, from, payload) = match iq {
+            Iq::Result { id, from, payload, .. } => (id, from, payload.as_ref()),
+            Iq::Error { id, from, .. } => (id, from, None),
             Iq::Get { .. } | Iq::Set { .. } => return Answer::NotOurs,
         };
         if id.starts_with(PROBE_ID) {
@@ -145,8 +154,19 @@ impl LinkMulticast {
         if !id.starts_with(QUERY_ID) {
             return Answer::NotOurs;
         }
+        // The server stamps its own answers; one without a sender is the server's.
+        let from = from.as_ref().map_or(self.server.as_str(), Jid::as_str);
+        let answered = match payload {
+            Some(p) if p.is("query", ns::DISCO_INFO) => Some(Query::Info(from.to_string())),
+            Some(p) if p.is("query", ns::DISCO_ITEMS) => Some(Query::Items(from.to_string())),
+            _ => None,
+        };
         let mut state = self.state();
-        let Some(query) = state.asked.remove(id) else { return Answer::Taken(Vec::new()) };
+        let key = match answered {
+            Some(q) => state.asked.iter().find(|(_, asked)| **asked == q).map(|(k, _)| k.clone()),
+            None => state.asked.get(id).filter(|q| q.jid() == from).map(|_| id.clone()),
+        };
+        let Some(query) = key.and_then(|k| state.asked.remove(&k)) else { return Answer::Taken(Vec::new()) };
         let Some(discovery) = state.discovery.as_mut() else { return Answer::Taken(Vec::new()) };
         let next = match &query {
             Query::Info(jid) => {
@@ -296,11 +316,11 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_ne!(id(&again[0]), id(&first[1]));
-        // A late answer to the old id changes nothing; the answer to the new one counts.
+        // A late answer to the old id counts as well as one to the new id: once.
         let items = "<query xmlns='http://jabber.org/protocol/disco#items'><item jid='multicast.localhost'/></query>";
-        assert_eq!(mc.answer(&result(&first[1], "localhost", items)), Answer::Taken(Vec::new()));
-        let Answer::Taken(next) = mc.answer(&result(&again[0], "localhost", items)) else { panic!() };
+        let Answer::Taken(next) = mc.answer(&result(&first[1], "localhost", items)) else { panic!() };
         assert_eq!(next.len(), 1, "multicast.localhost is asked");
+        assert_eq!(mc.answer(&result(&again[0], "localhost", items)), Answer::Taken(Vec::new()));
         // Never answered: asked again ASK_AGAIN times, then given up (one message each).
         for _ in 0..ASK_AGAIN - 1 {
             assert_eq!(mc.ask_again().len(), 1);
@@ -308,6 +328,53 @@ mod tests {
         assert!(mc.ask_again().is_empty());
         assert!(mc.ask_again().is_empty());
         assert!(mc.service().is_none());
+    }
+
+    #[test]
+    fn another_instances_answers_count_for_what_they_answer_never_for_their_id() {
+        let mc = LinkMulticast::new(true, Jid::new("feeds.localhost").unwrap(), "localhost".into());
+        let first = mc.link_up();
+        assert_eq!(mc.answer(&result(&first[0], "localhost", NO_FEATURES)), Answer::Taken(Vec::new()));
+        let items = "<query xmlns='http://jabber.org/protocol/disco#items'>\
+            <item jid='proxy.localhost'/><item jid='multicast.localhost'/></query>";
+        let Answer::Taken(next) = mc.answer(&result(&first[1], "localhost", items)) else { panic!() };
+        assert_eq!(next.len(), 2);
+        let (proxy, multicast) = match next[0].to().map(|j| j.to_string()).as_deref() {
+            Some("proxy.localhost") => (&next[0], &next[1]),
+            _ => (&next[1], &next[0]),
+        };
+        let info = "<query xmlns='http://jabber.org/protocol/disco#info'>\
+            <identity category='service' type='multicast'/>\
+            <feature var='http://jabber.org/protocol/address'/></query>";
+        // Another instance asked the multicast service under the id we gave the proxy:
+        // its answer is the multicast service's, whatever its id says.
+        assert_eq!(mc.answer(&result(proxy, "multicast.localhost", info)), Answer::Taken(Vec::new()));
+        assert_eq!(mc.answer(&result(proxy, "multicast.localhost", info)), Answer::Taken(Vec::new()));
+        assert_eq!(mc.answer(&result(multicast, "proxy.localhost", NO_FEATURES)), Answer::Taken(Vec::new()));
+        assert_eq!(mc.service().map(|s| s.jid), Some("multicast.localhost".to_string()));
+
+        // An error counts only from the JID its id asked.
+        let first = mc.link_up();
+        let error = |to_answer: &Iq, from: &str| {
+            let Iq::Get { id, .. } = to_answer else { panic!() };
+            let e = xmpp_parsers::stanza_error::StanzaError::new(
+                xmpp_parsers::stanza_error::ErrorType::Cancel,
+                xmpp_parsers::stanza_error::DefinedCondition::ServiceUnavailable,
+                "en",
+                "",
+            );
+            Iq::Error { from: Some(Jid::new(from).unwrap()), to: None, id: id.clone(), error: e, payload: None }
+        };
+        let items = "<query xmlns='http://jabber.org/protocol/disco#items'><item jid='multicast.localhost'/></query>";
+        let Answer::Taken(next) = mc.answer(&result(&first[1], "localhost", items)) else { panic!() };
+        assert_eq!(mc.answer(&error(&next[0], "proxy.localhost")), Answer::Taken(Vec::new()));
+        let again = mc.ask_again();
+        assert_eq!(again.len(), 2, "the info of localhost and of multicast.localhost");
+        let asked = again.iter().find(|iq| iq.to().is_some_and(|j| j.as_str() == "multicast.localhost")).unwrap();
+        assert_eq!(mc.answer(&error(asked, "multicast.localhost")), Answer::Taken(Vec::new()));
+        assert_eq!(mc.answer(&result(&first[0], "localhost", NO_FEATURES)), Answer::Taken(Vec::new()));
+        assert!(mc.service().is_none(), "no service: localhost has none and multicast.localhost failed");
+        assert!(mc.ask_again().is_empty(), "the search is over");
     }
 
     #[test]
