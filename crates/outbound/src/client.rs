@@ -47,6 +47,13 @@ impl Client {
         self.request(reqwest::Method::POST, url)
     }
 
+    /// A POST to `url` parsed already (by a caller that posts to it again and again), or
+    /// why it may not be made.
+    pub fn post_url(&self, url: &Url) -> Result<reqwest::RequestBuilder, Refused> {
+        self.guard.check_host(url)?;
+        Ok(self.http.request(reqwest::Method::POST, url.clone()))
+    }
+
     fn request(&self, method: reqwest::Method, url: &str) -> Result<reqwest::RequestBuilder, Refused> {
         let url = Url::parse(url).map_err(|_| Refused::NotHttp)?;
         self.guard.check_host(&url)?;

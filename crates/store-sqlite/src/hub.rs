@@ -6,7 +6,7 @@ use crate::codec::{Db, payload_columns};
 use crate::connection::SqliteConn;
 use feed::outbox::{HubSubscription, OutboxEntry};
 use feed::ports::StoreResult;
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 use store_sql::dialect::{Arg, Statement};
 use store_sql::driver::{HubStatements, Statements};
 use store_sql::reads::HUB_SUBSCRIPTION_COLUMNS;
@@ -40,13 +40,14 @@ impl HubStatements for SqliteConn<'_> {
         stored.into_iter().next().ok_or_else(|| crate::codec::store_error(rusqlite::Error::QueryReturnedNoRows))
     }
 
+    /// Without `RETURNING`: SQLite runs a statement with one as a multi-row write, opening
+    /// and releasing a statement journal for each of the thousands of updates in a batch
+    /// (a tenth of the hub's CPU at 10,000 subscribers); the count of changed rows says as
+    /// much.
     fn raise_delivered(&self, id: i64, upto: i64) -> StoreResult<bool> {
-        let mut st = self
-            .0
-            .prepare_cached("UPDATE hub_subscriptions SET delivered = MAX(delivered, ?2) WHERE id = ?1 RETURNING id")
-            .db()?;
-        let found: Option<i64> = st.query_row(params![id, upto], |r| r.get(0)).optional().db()?;
-        Ok(found.is_some())
+        let mut st =
+            self.0.prepare_cached("UPDATE hub_subscriptions SET delivered = MAX(delivered, ?2) WHERE id = ?1").db()?;
+        Ok(st.execute(params![id, upto]).db()? > 0)
     }
 
     fn insert_outbox(&self, e: &OutboxEntry) -> StoreResult<i64> {

@@ -45,6 +45,7 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
     let mut delivered = w.snapshot().delivered;
     // Whether progress must be read from the store first (after this instance got the feed).
     let mut refresh = false;
+    let mut target: Option<Target> = None;
     loop {
         if w.is_gone() || *stop.borrow() {
             return;
@@ -76,6 +77,9 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
             }
         }
         let sub = w.snapshot();
+        if !target.as_ref().is_some_and(|t| Arc::ptr_eq(&t.sub, &sub)) {
+            target = Some(Target::of(sub.clone(), &hub.url));
+        }
         let left = sub.expires.saturating_sub(now_ms());
         if left <= 0 {
             // An expired subscription gets nothing; housekeeping removes it from the store.
@@ -107,7 +111,8 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
             }
             continue;
         };
-        match deliver(&hub, &w, &sub, &batch).await {
+        let Some(target) = &target else { continue };
+        match deliver(&hub, &w, target, &batch).await {
             Ended::Done(outcome) => {
                 hub.metrics.hub.delivery(outcome);
                 delivered = upto;
@@ -126,8 +131,29 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
     }
 }
 
+/// Where a subscription's documents go, worked out once per version of the subscription
+/// rather than at every delivery: its callback parsed, the callback's host (which the
+/// per-host bound counts) and the `Link` header.
+struct Target {
+    sub: Arc<HubSubscription>,
+    /// `None` if the callback no longer parses (its deliveries are refused).
+    url: Option<url::Url>,
+    host: String,
+    link: Option<HeaderValue>,
+}
+
+impl Target {
+    fn of(sub: Arc<HubSubscription>, hub: &str) -> Target {
+        let url = url::Url::parse(&sub.callback).ok();
+        let host = url.as_ref().and_then(|u| u.host_str()).unwrap_or_default().to_string();
+        let link = HeaderValue::try_from(format!("<{hub}>; rel=\"hub\", <{}>; rel=\"self\"", sub.topic)).ok();
+        Target { sub, url, host, link }
+    }
+}
+
 /// Delivers one document, retrying as the module docs say.
-async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, sub: &HubSubscription, batch: &document::Batch) -> Ended {
+async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, target: &Target, batch: &document::Batch) -> Ended {
+    let sub = &target.sub;
     let policy = hub.svc.policy().feed(&w.feed);
     let title = policy.title.as_deref().unwrap_or(&w.feed);
     let body = batch.document(&sub.topic, &hub.url, title);
@@ -139,7 +165,7 @@ async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, sub: &HubSubscription, batc
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let outcome = post(hub, sub, body.clone(), signature.as_deref()).await;
+        let outcome = post(hub, target, body.clone(), signature.as_deref()).await;
         let wait = match outcome {
             Attempt::Delivered => return Ended::Done("delivered"),
             Attempt::Gone => return Ended::Gone,
@@ -164,22 +190,25 @@ async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, sub: &HubSubscription, batc
 }
 
 /// One POST of a document, within the hub's bounds on requests in flight.
-async fn post<S: Store>(hub: &Hub<S>, sub: &HubSubscription, body: Bytes, signature: Option<&str>) -> Attempt {
-    let host = url::Url::parse(&sub.callback).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
-    let Some(_permits) = hub.slots(&host).await else { return Attempt::Retry(None) };
-    let link = format!("<{}>; rel=\"hub\", <{}>; rel=\"self\"", hub.url, sub.topic);
-    let req = match hub.client.post(&sub.callback) {
-        Ok(req) => req,
-        Err(refused) => {
+async fn post<S: Store>(hub: &Hub<S>, target: &Target, body: Bytes, signature: Option<&str>) -> Attempt {
+    let sub = &target.sub;
+    let Some(_permits) = hub.slots(&target.host).await else { return Attempt::Retry(None) };
+    let req = match target.url.as_ref().map(|url| hub.client.post_url(url)) {
+        Some(Ok(req)) => req,
+        Some(Err(refused)) => {
             // Subscribed while private callbacks were allowed, and they no longer are.
             tracing::debug!(subscription = sub.id, %refused, "WebSub delivery refused");
             return Attempt::Retry(None);
         }
+        None => {
+            tracing::debug!(subscription = sub.id, "WebSub delivery refused: the callback does not parse");
+            return Attempt::Retry(None);
+        }
     };
-    let mut req = req
-        .header(header::CONTENT_TYPE, HeaderValue::from_static("application/atom+xml"))
-        .header(header::LINK, link)
-        .body(body);
+    let mut req = req.header(header::CONTENT_TYPE, HeaderValue::from_static("application/atom+xml")).body(body);
+    if let Some(link) = &target.link {
+        req = req.header(header::LINK, link.clone());
+    }
     if let Some(sig) = signature {
         req = req.header("x-hub-signature", sig);
     }

@@ -57,11 +57,13 @@ impl Batch {
 pub fn signature(secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
     mac.update(body);
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = mac.finalize().into_bytes();
     let mut out = String::with_capacity(7 + 64);
     out.push_str("sha256=");
     for b in digest {
-        out.push_str(&format!("{b:02x}"));
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
     }
     out
 }

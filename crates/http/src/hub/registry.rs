@@ -39,7 +39,9 @@ impl Generations {
 
 /// One subscription's delivery task, as the rest of the hub reaches it.
 pub(crate) struct Worker {
-    pub(super) sub: Mutex<HubSubscription>,
+    /// Replaced whole when the subscription is renewed: a delivery takes it with an `Arc`
+    /// clone, and knows by the pointer whether it changed.
+    pub(super) sub: Mutex<Arc<HubSubscription>>,
     /// The feed's name (changes name feeds, subscriptions their ids).
     pub(super) feed: String,
     /// New outbox rows for its view.
@@ -50,7 +52,7 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn snapshot(&self) -> HubSubscription {
+    pub(super) fn snapshot(&self) -> Arc<HubSubscription> {
         self.sub.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
@@ -114,14 +116,14 @@ impl Registry {
         let mut tasks = self.lock();
         if let Some(w) = tasks.by_id.get(&sub.id) {
             let mut current = w.sub.lock().unwrap_or_else(PoisonError::into_inner);
-            *current = HubSubscription { delivered: current.delivered, ..sub };
+            *current = Arc::new(HubSubscription { delivered: current.delivered, ..sub });
             return None;
         }
         let feed = NodeName::parse(&sub.view).map(|n| n.feed).unwrap_or_default();
         let key = (feed.clone(), sub.view.clone());
         let id = sub.id;
         let w = Arc::new(Worker {
-            sub: Mutex::new(sub),
+            sub: Mutex::new(Arc::new(sub)),
             feed,
             wake: Notify::new(),
             gone: AtomicBool::new(false),
@@ -139,7 +141,7 @@ impl Registry {
         for id in &ids {
             if let Some(w) = tasks.by_id.remove(id) {
                 w.end();
-                let key = (w.feed.clone(), w.snapshot().view);
+                let key = (w.feed.clone(), w.snapshot().view.clone());
                 if let Some(set) = tasks.by_view.get_mut(&key) {
                     set.remove(id);
                     if set.is_empty() {
