@@ -23,8 +23,10 @@ mod address;
 mod client;
 mod config;
 mod guard;
+mod post;
 
 pub use address::{is_local_name, is_public};
 pub use client::Client;
 pub use config::OutboundConfig;
 pub use guard::{Guard, Refused};
+pub use post::{Answer, PostFailed, PostTarget};

@@ -6,9 +6,9 @@
 //! any other 3xx or 4xx drops the document at once. Documents that changes committed
 //! meanwhile would follow are read afresh after each one, so they travel together.
 
-use super::callback::bounded_body;
+use super::callback::MAX_ANSWER;
 use super::{Hub, Worker, document, now_ms, stopping};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use bytes::Bytes;
 use feed::outbox::HubSubscription;
 use feed::ports::Store;
@@ -78,7 +78,7 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
         }
         let sub = w.snapshot();
         if !target.as_ref().is_some_and(|t| Arc::ptr_eq(&t.sub, &sub)) {
-            target = Some(Target::of(sub.clone(), &hub.url));
+            target = Some(Target::of(sub.clone(), &hub.url, &hub.client));
         }
         let left = sub.expires.saturating_sub(now_ms());
         if left <= 0 {
@@ -132,22 +132,27 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
 }
 
 /// Where a subscription's documents go, worked out once per version of the subscription
-/// rather than at every delivery: its callback parsed, the callback's host (which the
-/// per-host bound counts) and the `Link` header.
+/// rather than at every delivery: its callback checked and parsed, the callback's host
+/// (which the per-host bound counts) and the headers every document carries.
 struct Target {
     sub: Arc<HubSubscription>,
-    /// `None` if the callback no longer parses (its deliveries are refused).
-    url: Option<url::Url>,
+    /// Why not, if the callback is refused now (subscribed while private callbacks were
+    /// allowed, and they no longer are).
+    to: Result<outbound::PostTarget, outbound::Refused>,
     host: String,
-    link: Option<HeaderValue>,
+    headers: HeaderMap,
 }
 
 impl Target {
-    fn of(sub: Arc<HubSubscription>, hub: &str) -> Target {
-        let url = url::Url::parse(&sub.callback).ok();
-        let host = url.as_ref().and_then(|u| u.host_str()).unwrap_or_default().to_string();
-        let link = HeaderValue::try_from(format!("<{hub}>; rel=\"hub\", <{}>; rel=\"self\"", sub.topic)).ok();
-        Target { sub, url, host, link }
+    fn of(sub: Arc<HubSubscription>, hub: &str, client: &outbound::Client) -> Target {
+        let to = client.target(&sub.callback);
+        let host = to.as_ref().ok().and_then(|t| t.url().host_str()).unwrap_or_default().to_string();
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/atom+xml"));
+        if let Ok(link) = HeaderValue::try_from(format!("<{hub}>; rel=\"hub\", <{}>; rel=\"self\"", sub.topic)) {
+            headers.insert(header::LINK, link);
+        }
+        Target { sub, to, host, headers }
     }
 }
 
@@ -192,35 +197,23 @@ async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, target: &Target, batch: &do
 /// One POST of a document, within the hub's bounds on requests in flight.
 async fn post<S: Store>(hub: &Hub<S>, target: &Target, body: Bytes, signature: Option<&str>) -> Attempt {
     let sub = &target.sub;
-    let Some(_permits) = hub.slots(&target.host).await else { return Attempt::Retry(None) };
-    let req = match target.url.as_ref().map(|url| hub.client.post_url(url)) {
-        Some(Ok(req)) => req,
-        Some(Err(refused)) => {
-            // Subscribed while private callbacks were allowed, and they no longer are.
+    let to = match &target.to {
+        Ok(to) => to,
+        Err(refused) => {
             tracing::debug!(subscription = sub.id, %refused, "WebSub delivery refused");
             return Attempt::Retry(None);
         }
-        None => {
-            tracing::debug!(subscription = sub.id, "WebSub delivery refused: the callback does not parse");
-            return Attempt::Retry(None);
-        }
     };
-    let mut req = req.header(header::CONTENT_TYPE, HeaderValue::from_static("application/atom+xml")).body(body);
-    if let Some(link) = &target.link {
-        req = req.header(header::LINK, link.clone());
+    let Some(_permits) = hub.slots(&target.host).await else { return Attempt::Retry(None) };
+    let mut headers = target.headers.clone();
+    if let Some(sig) = signature.and_then(|s| HeaderValue::from_str(s).ok()) {
+        headers.insert("x-hub-signature", sig);
     }
-    if let Some(sig) = signature {
-        req = req.header("x-hub-signature", sig);
-    }
-    match req.send().await {
-        Ok(res) => {
-            let outcome = classify(res.status(), res.headers().get(header::RETRY_AFTER));
-            // Read (a bounded part of) the answer, so the connection can be used again.
-            bounded_body(res).await;
-            outcome
-        }
+    // At most MAX_ANSWER bytes of the answer are read, so the connection can be used again.
+    match hub.client.post_bytes(to, headers, body, MAX_ANSWER).await {
+        Ok(answer) => classify(answer.status, answer.headers.get(header::RETRY_AFTER)),
         Err(e) => {
-            tracing::debug!(subscription = sub.id, error = %e.without_url(), "WebSub delivery failed");
+            tracing::debug!(subscription = sub.id, error = %e, "WebSub delivery failed");
             Attempt::Retry(None)
         }
     }
