@@ -29,4 +29,4 @@ pub use address::{is_local_name, is_public};
 pub use client::Client;
 pub use config::OutboundConfig;
 pub use guard::{Guard, Refused};
-pub use post::{Answer, PostFailed, PostTarget};
+pub use post::{Answer, PostFailed, PostTarget, error_chain};

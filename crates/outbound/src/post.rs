@@ -122,9 +122,10 @@ impl Poster {
     }
 }
 
-/// An error and its causes, one line (hyper's errors say "client error (Connect)" and keep
-/// the reason in their source).
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its causes, one line: hyper's and reqwest's errors say "client error
+/// (Connect)" or "error sending request" and keep the reason (a refused address, a refused
+/// connection) in their sources.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

@@ -80,14 +80,7 @@ impl From<reqwest::Error> for FetchError {
         if e.is_timeout() {
             return FetchError::Timeout;
         }
-        // The chain says why (refused address, connection refused, …); the top line does not.
-        let mut text = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            text = format!("{text}: {s}");
-            source = s.source();
-        }
-        FetchError::Transport(text)
+        FetchError::Transport(outbound::error_chain(&e))
     }
 }
 
