@@ -77,9 +77,11 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
             }
         }
         let sub = w.snapshot();
+        // Made again only when the subscription was renewed (a new Arc).
         if !target.as_ref().is_some_and(|t| Arc::ptr_eq(&t.sub, &sub)) {
-            target = Some(Target::of(sub.clone(), &hub.url, &hub.client));
+            target = None;
         }
+        let current = target.get_or_insert_with(|| Target::of(sub.clone(), &hub.url, &hub.client));
         let left = sub.expires.saturating_sub(now_ms());
         if left <= 0 {
             // An expired subscription gets nothing; housekeeping removes it from the store.
@@ -111,8 +113,7 @@ pub(super) async fn run<S: Store>(hub: Arc<Hub<S>>, w: Arc<Worker>) {
             }
             continue;
         };
-        let Some(target) = &target else { continue };
-        match deliver(&hub, &w, target, &batch).await {
+        match deliver(&hub, &w, current, &batch).await {
             Ended::Done(outcome) => {
                 hub.metrics.hub.delivery(outcome);
                 delivered = upto;
