@@ -22,9 +22,10 @@ use crate::payloads::Push;
 /// Stanza ids of our discovery queries start with this, so their answers are told apart
 /// from every other iq result.
 const QUERY_ID: &str = "mc-disco-";
-/// How often unanswered discovery queries are asked again on one connection (every
-/// `DISCOVERY_RETRY`, so for 20 s).
-const ASK_AGAIN: u32 = 40;
+/// How long unanswered discovery queries are asked again on one connection.
+const ASK_FOR: std::time::Duration = std::time::Duration::from_secs(20);
+/// How often that is: once every `DISCOVERY_RETRY` for [`ASK_FOR`].
+const ASK_AGAIN: u32 = (ASK_FOR.as_millis() / crate::dispatch::DISCOVERY_RETRY.as_millis()) as u32;
 /// Stanza ids of our probes (see [`LinkMulticast::probe`]).
 const PROBE_ID: &str = "mc-probe-";
 
