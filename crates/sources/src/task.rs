@@ -121,7 +121,6 @@ impl<S: Store> Task<S> {
                 self.load_state(&mut location, &mut validators, &mut saved).await;
             }
             let outcome = self.fetch_once(&mut location, &mut validators, &mut hub, &mut hub_read).await;
-            self.save_state(&location, validators.as_ref(), &mut saved).await;
             self.metrics.fetch(outcome.label());
             let now = chrono::Utc::now();
             status.location = location.to_string();
@@ -140,6 +139,7 @@ impl<S: Store> Task<S> {
                     status.next_fetch = None;
                     status.last_error = Some("410 Gone".into());
                     self.svc.sources().set(&feed, status);
+                    self.save_state(&location, validators.as_ref(), &mut saved).await;
                     return;
                 }
                 ok => {
@@ -160,6 +160,9 @@ impl<S: Store> Task<S> {
             };
             status.next_fetch = Some(now.timestamp_millis() + delay.as_millis() as i64);
             self.svc.sources().set(&feed, status.clone());
+            // Saved after the status is shown: what a fetch imported is committed already, and
+            // `list-feeds` must not show its items beside "last success never" meanwhile.
+            self.save_state(&location, validators.as_ref(), &mut saved).await;
             // Only the instance that fetches the source subscribes at its hub: one subscription,
             // not one per instance that served a ping.
             if let (true, Some(subscriber), Some(link)) = (owner, &self.subscriber, &hub) {
