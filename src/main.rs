@@ -32,7 +32,7 @@ enum Command {
     CheckConfig,
 }
 
-/// mimalloc instead of glibc's malloc: a held request, a woken long-poll and an event are
+/// jemalloc instead of glibc's malloc: a held request, a woken long-poll and an event are
 /// many small short-lived allocations across worker threads, where glibc's arenas spent a
 /// third of the service's CPU (BENCHMARKS.md, "The HTTP face").
 #[global_allocator]

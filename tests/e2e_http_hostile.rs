@@ -442,3 +442,77 @@ async fn past_max_connections_new_ones_wait_for_a_place() {
         assert!(closed_within(&mut s, Duration::from_secs(1)).await, "the silent connections were cut off");
     }
 }
+
+/// Every answer in `bytes` (all framed by `Content-Length`), in order: status and body.
+fn answers_in(bytes: &[u8]) -> Vec<(u16, String)> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = String::from_utf8_lossy(&rest[..end]).to_ascii_lowercase();
+        let status = head[9..12].parse().expect("a status");
+        let length =
+            head.lines().find_map(|l| l.strip_prefix("content-length:")).map_or(0, |v| v.trim().parse().unwrap());
+        let body = &rest[end + 4..(end + 4 + length).min(rest.len())];
+        out.push((status, String::from_utf8_lossy(body).to_string()));
+        rest = &rest[(end + 4 + length).min(rest.len())..];
+    }
+    out
+}
+
+/// Sends `requests` at once on one connection and reads until the server closes it.
+async fn pipelined(fx: &HttpFixture, requests: &[Vec<u8>]) -> Vec<(u16, String)> {
+    let mut s = TcpStream::connect(addr(fx)).await.unwrap();
+    s.write_all(&requests.concat()).await.unwrap();
+    let mut bytes = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut bytes)).await.expect("closed in time").unwrap();
+    answers_in(&bytes)
+}
+
+#[tokio::test]
+async fn pipelined_requests_on_one_connection_are_answered_in_order_whatever_serves_them() {
+    let fx = &hostile().fx;
+    let keep = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes();
+    // Plain GETs only.
+    let answers =
+        pipelined(fx, &[keep("/feeds/hostile/items/nowhere"), keep("/health"), get("/feeds/hostile/items/nowhere")])
+            .await;
+    let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+    assert_eq!(statuses, [404, 200, 404], "{answers:?}");
+    // A publish among them: the GET before it does not see it, the one after does.
+    let entry = small_entry("piped");
+    let mut publish = put("/feeds/hostile/items/piped", entry.as_bytes());
+    let at = publish.windows(19).position(|w| w == b"Connection: close\r\n").unwrap();
+    publish.drain(at..at + 19);
+    let answers =
+        pipelined(fx, &[keep("/feeds/hostile/items/piped"), publish, get("/feeds/hostile/items/piped")]).await;
+    let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+    assert_eq!(statuses, [404, 200, 200], "{answers:?}");
+    assert!(answers[2].1.contains("piped"), "{answers:?}");
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_ends_its_held_request() {
+    let h = hostile();
+    let held = |kind: &str| {
+        metric(&scrape_metrics(h.metrics), &format!("smartfeeds_http_held{{kind=\"{kind}\"}}")).unwrap_or(0.0)
+    };
+    for (kind, request) in [
+        ("longpoll", get("/feeds/held/?order=created&timeout=40")),
+        ("stream", b"GET /feeds/held/?order=created HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".to_vec()),
+    ] {
+        let before = held(kind);
+        let mut s = TcpStream::connect(addr(&h.fx)).await.unwrap();
+        s.write_all(&request).await.unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while held(kind) < before + 1.0 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(held(kind), before + 1.0, "the {kind} is held");
+        drop(s);
+        let until = Instant::now() + Duration::from_secs(5);
+        while held(kind) > before && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(held(kind), before, "the {kind} ended when its client went away");
+    }
+}

@@ -1,4 +1,5 @@
-//! How the HTTP face takes connections (SPEC §9; README "Bounds"), on hyper's HTTP/1.1 server:
+//! How the HTTP face takes connections (SPEC §9; README "Bounds"): plain GETs on a path of
+//! their own ([`plain_gets`]), everything else on hyper's HTTP/1.1 server:
 //!
 //! - at most `max_connections` at once. Past that, no more are accepted: new ones wait in
 //!   the kernel's listen backlog until one closes (and past the backlog the kernel drops
@@ -17,6 +18,9 @@
 //!
 //! The body is bounded by [`bounds`](super::bounds), once routed.
 
+mod plain_gets;
+mod rewind;
+
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -25,7 +29,7 @@ use hyper_util::service::TowerToHyperService;
 use metrics::Metrics;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tower::ServiceExt;
 
 /// The most headers a request may carry.
@@ -56,8 +60,10 @@ pub async fn serve(
         .header_read_timeout(limits.header_timeout)
         .max_headers(MAX_HEADERS)
         .max_header_size(MAX_HEAD);
+    let http1 = Arc::new(http1);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
+    let (stopping_tx, stopping) = watch::channel(false);
     let mut stop = std::pin::pin!(stop);
     loop {
         // A free place first, then a connection: past the cap they wait in the backlog.
@@ -76,22 +82,35 @@ pub async fn serve(
             () = &mut stop => break,
         };
         let _ = tcp.set_nodelay(true);
-        let service = app.clone().map_request(move |mut req: axum::http::Request<Incoming>| {
-            req.extensions_mut().insert(ConnectInfo(peer));
-            req.map(axum::body::Body::new)
-        });
-        let conn = graceful.watch(http1.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service)));
-        let open = metrics.http_connections.clone();
+        let mut plain = plain_gets::Plain {
+            app: app.clone(),
+            peer,
+            header_timeout: limits.header_timeout,
+            stopping: stopping.clone(),
+        };
+        // Held from the start, so that a stop waits for this connection on either path.
+        let watcher = graceful.watcher();
+        let (http1, open) = (http1.clone(), metrics.http_connections.clone());
         open.inc();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "HTTP connection ended");
+            if let plain_gets::Ended::ToHyper(tcp, read) = plain_gets::serve(tcp, &mut plain).await {
+                let service = plain.app.map_request(move |mut req: axum::http::Request<Incoming>| {
+                    req.extensions_mut().insert(ConnectInfo(peer));
+                    req.map(axum::body::Body::new)
+                });
+                let io = TokioIo::new(rewind::Rewind::new(read, tcp));
+                // Boxed: the task keeps only what the plain path needs while it serves.
+                let conn = Box::pin(watcher.watch(http1.serve_connection(io, TowerToHyperService::new(service))));
+                if let Err(e) = conn.await {
+                    tracing::debug!(%peer, error = %e, "HTTP connection ended");
+                }
             }
             open.dec();
             drop(permit);
         });
     }
     drop(listener);
+    let _ = stopping_tx.send(true);
     graceful.shutdown().await;
     Ok(())
 }

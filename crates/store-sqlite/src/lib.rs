@@ -158,11 +158,15 @@ impl Inner {
         if self.writer.is_closed() {
             return Err(StoreError::Closed.into());
         }
-        if self.readers.is_some() {
+        if let Some(pool) = &self.readers {
+            let turn = pool.turn().await;
             let inner = self.clone();
-            let run = move || match &inner.readers {
-                Some(pool) => pool.with(f),
-                None => Err(StoreError::Closed.into()),
+            let run = move || {
+                let _turn = turn;
+                match &inner.readers {
+                    Some(pool) => pool.with(f),
+                    None => Err(StoreError::Closed.into()),
+                }
             };
             return tokio::task::spawn_blocking(run).await.unwrap_or_else(|_| Err(internal()));
         }

@@ -8,25 +8,40 @@ use feed::ports::{ReadTx, StoreError};
 use rusqlite::{Connection, OpenFlags};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use store_sql::batch::internal;
 use store_sql::transaction::SqlTx;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Idle read connections kept open. More are opened when all are busy (WAL readers do not
-/// block one another) and closed again when returned beyond this number.
-const MAX_IDLE: usize = 4;
-
-/// Read connections to one database file.
+/// Read connections to one database file, at most [`Pool::at_once`] in use at a time, each
+/// on a blocking thread, all kept open once made.
+///
+/// Why a bound: WAL readers never wait for the writer or for one another, so a few per core
+/// keep every core busy, and more only wait for a core. Without it a burst of reads (a
+/// thousand event streams opened at once, each reading where it starts) opened as many
+/// connections and blocking threads, and the process kept their memory.
 pub(crate) struct Pool {
     path: PathBuf,
     /// A std mutex, not tokio's: it is only held to push or pop, never across an await or a
     /// query, and it is taken on blocking threads.
     idle: Mutex<Vec<Connection>>,
+    turns: Arc<Semaphore>,
 }
 
 impl Pool {
     pub(crate) fn new(path: PathBuf) -> Pool {
-        Pool { path, idle: Mutex::new(Vec::new()) }
+        let at_once = Self::at_once();
+        Pool { path, idle: Mutex::new(Vec::with_capacity(at_once)), turns: Arc::new(Semaphore::new(at_once)) }
+    }
+
+    /// Four reads per core.
+    pub(crate) fn at_once() -> usize {
+        4 * std::thread::available_parallelism().map_or(2, |n| n.get())
+    }
+
+    /// A turn to read: hold it while the read runs.
+    pub(crate) async fn turn(&self) -> OwnedSemaphorePermit {
+        self.turns.clone().acquire_owned().await.expect("the semaphore is never closed")
     }
 
     fn take(&self) -> Result<Connection, StoreError> {
@@ -41,10 +56,7 @@ impl Pool {
     }
 
     fn give_back(&self, conn: Connection) {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < MAX_IDLE {
-            idle.push(conn);
-        }
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner).push(conn);
     }
 
     /// Runs `f` on a pooled connection; blocking, so call it from a blocking thread.

@@ -251,3 +251,34 @@ fn dropping_the_last_clone_outside_a_runtime_finishes_the_queue() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     assert_eq!(rt.block_on(count_all(&store)), 5);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_reads_runs_a_few_at_a_time_and_all_are_answered() {
+    let (_dir, store) = temp_store(None);
+    publish_one(&store, "a".into()).await.unwrap();
+    let (now, most) =
+        (Arc::new(std::sync::atomic::AtomicUsize::new(0)), Arc::new(std::sync::atomic::AtomicUsize::new(0)));
+    let reads: Vec<_> = (0..200)
+        .map(|_| {
+            let (store, now, most) = (store.clone(), now.clone(), most.clone());
+            tokio::spawn(async move {
+                store
+                    .read(move |tx| {
+                        use std::sync::atomic::Ordering::SeqCst;
+                        most.fetch_max(now.fetch_add(1, SeqCst) + 1, SeqCst);
+                        std::thread::sleep(Duration::from_millis(5));
+                        let found = tx.feed("f").map(|f| f.is_some()).map_err(FeedError::from);
+                        now.fetch_sub(1, SeqCst);
+                        found
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for r in reads {
+        assert!(r.await.unwrap().unwrap(), "every read sees the feed");
+    }
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most >= 2, "reads run side by side: {most}");
+    assert!(most <= pool::Pool::at_once(), "at most {} at once: {most}", pool::Pool::at_once());
+}

@@ -1,0 +1,400 @@
+//! The plain GET path: a connection's requests are read here first, and as long as each is
+//! a plain HTTP/1.1 GET (no body, no framing headers, no `Expect` or `Upgrade`, a head
+//! within the bounds) it is answered here; the first that is anything else hands the
+//! connection, with every byte read so far, to hyper's server for the rest of its life.
+//!
+//! Why a path beside hyper: held requests (event streams and long-polls) are all plain
+//! GETs, and hyper gives every connection an 8 KiB read buffer and an 8 KiB write buffer
+//! that it keeps for the connection's life (no setting makes them smaller), more than a
+//! held request should cost in all; its dispatcher's per-request work is also most of
+//! what a long-poll answer costs. Here a connection holds only the bytes not yet parsed
+//! (none while a request is held), a head is encoded into a buffer dropped once written,
+//! and an answer of known length goes out with its head in one write. Pulls, 304s and
+//! archive documents, the face's most frequent requests, take the same path.
+//!
+//! What is not plain goes to hyper, which refuses malformed or oversized heads and odd
+//! framing as before (connections.rs); the header timeout and the graceful stop behave as
+//! they do there: a head must be whole within `header_timeout` of the connection being
+//! ready for it, and a stop closes idle connections at once and the others after their
+//! answer. A client that closes its connection while its request is held cancels it.
+
+use super::{MAX_HEAD, MAX_HEADERS};
+use axum::body::{Body, HttpBody};
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
+use bytes::{Buf, Bytes};
+use http_body_util::BodyExt;
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+/// What a connection serves with, and when it must stop.
+pub(super) struct Plain {
+    pub app: axum::Router,
+    pub peer: SocketAddr,
+    pub header_timeout: Duration,
+    /// Turns true when the face stops.
+    pub stopping: watch::Receiver<bool>,
+}
+
+/// How a connection left the plain path.
+pub(super) enum Ended {
+    Closed,
+    /// A request that is not plain: the connection and every byte read from it but not
+    /// answered, for hyper.
+    ToHyper(TcpStream, Vec<u8>),
+}
+
+/// Serves `tcp`'s plain GETs until it closes or a request is not plain.
+pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
+    let mut read = Vec::new();
+    loop {
+        let (request, close) = match next_request(&mut tcp, &mut read, plain).await {
+            Ok(next) => next,
+            Err(Stop::Closed) => return Ended::Closed,
+            Err(Stop::NotPlain) => return Ended::ToHyper(tcp, read),
+        };
+        if read.is_empty() {
+            // Nothing is kept while the request is held.
+            read = Vec::new();
+        }
+        let answer = std::pin::pin!(plain.app.clone().oneshot(request));
+        let response = tokio::select! {
+            answer = answer => match answer {
+                Ok(r) => r,
+                Err(never) => match never {},
+            },
+            () = peer_gone(&mut tcp, &mut read) => return Ended::Closed,
+        };
+        let close = close || *plain.stopping.borrow();
+        if !write_response(&mut tcp, &mut read, response, close).await {
+            return Ended::Closed;
+        }
+        if close {
+            let _ = tcp.shutdown().await;
+            return Ended::Closed;
+        }
+    }
+}
+
+/// Why no request is served here.
+enum Stop {
+    Closed,
+    NotPlain,
+}
+
+/// Reads until the next request's head is whole (within the header timeout): the request
+/// and whether the client asked to close after it. Closed when the client closes, the
+/// timeout runs out, or the face stops while nothing is read.
+async fn next_request(
+    tcp: &mut TcpStream,
+    read: &mut Vec<u8>,
+    plain: &mut Plain,
+) -> Result<(Request<Body>, bool), Stop> {
+    let deadline = Instant::now() + plain.header_timeout;
+    loop {
+        if !read.is_empty() {
+            match parse(read, plain.peer) {
+                Ok((request, close, len)) => {
+                    read.drain(..len);
+                    return Ok((request, close));
+                }
+                Err(Unparsed::Partial) if read.len() < MAX_HEAD => {}
+                Err(_) => return Err(Stop::NotPlain),
+            }
+        } else if *plain.stopping.borrow() {
+            return Err(Stop::Closed);
+        }
+        if read.capacity() - read.len() < 512 {
+            read.reserve(1024);
+        }
+        tokio::select! {
+            got = tokio::time::timeout_at(deadline, tcp.read_buf(read)) => match got {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return Err(Stop::Closed),
+            },
+            _ = plain.stopping.changed(), if read.is_empty() => return Err(Stop::Closed),
+        }
+    }
+}
+
+/// Resolves when the client closes its connection (or it fails); bytes it sends meanwhile
+/// (a pipelined request) are kept in `read`, up to a head's bound.
+async fn peer_gone(tcp: &mut TcpStream, read: &mut Vec<u8>) {
+    loop {
+        if read.len() >= MAX_HEAD {
+            std::future::pending::<()>().await;
+        }
+        match tcp.read_buf(read).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Why `bytes` give no request yet.
+enum Unparsed {
+    Partial,
+    NotPlain,
+}
+
+/// The request whose head starts `bytes`, if it is a plain GET: the request, whether the
+/// client asked to close after it, and the length of its head.
+fn parse(bytes: &[u8], peer: SocketAddr) -> Result<(Request<Body>, bool, usize), Unparsed> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut head = httparse::Request::new(&mut slots);
+    let len = match head.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD => len,
+        Ok(httparse::Status::Partial) => return Err(Unparsed::Partial),
+        _ => return Err(Unparsed::NotPlain),
+    };
+    if head.method != Some("GET") || head.version != Some(1) {
+        return Err(Unparsed::NotPlain);
+    }
+    let Some(uri) = head.path.filter(|p| p.starts_with('/')).and_then(|p| Uri::try_from(p).ok()) else {
+        return Err(Unparsed::NotPlain);
+    };
+    let mut headers = HeaderMap::with_capacity(head.headers.len());
+    let mut close = false;
+    for h in head.headers.iter() {
+        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(h.value))
+        else {
+            return Err(Unparsed::NotPlain);
+        };
+        if [header::CONTENT_LENGTH, header::TRANSFER_ENCODING, header::EXPECT, header::UPGRADE].contains(&name) {
+            return Err(Unparsed::NotPlain);
+        }
+        if name == header::CONNECTION {
+            for token in value.to_str().unwrap_or("?").split(',').map(str::trim) {
+                if token.eq_ignore_ascii_case("close") {
+                    close = true;
+                } else if !token.eq_ignore_ascii_case("keep-alive") {
+                    return Err(Unparsed::NotPlain);
+                }
+            }
+        }
+        headers.append(name, value);
+    }
+    let mut request = Request::new(Body::empty());
+    *request.method_mut() = Method::GET;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    request.extensions_mut().insert(ConnectInfo(peer));
+    Ok((request, close, len))
+}
+
+/// How an answer's body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Framing {
+    /// No body (1xx, 204, 304).
+    None,
+    /// `Content-Length`: given by the answer (`true`) or added here.
+    Length(bool),
+    Chunked,
+}
+
+fn framing(status: StatusCode, headers: &HeaderMap, exact: Option<u64>) -> Framing {
+    if status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        Framing::None
+    } else if headers.contains_key(header::CONTENT_LENGTH) {
+        Framing::Length(true)
+    } else if exact.is_some() {
+        Framing::Length(false)
+    } else {
+        Framing::Chunked
+    }
+}
+
+/// The answer's status line and headers, with `date`, its framing and `connection: close`
+/// when the connection closes after it.
+fn encode_head(status: StatusCode, headers: &HeaderMap, framing: Framing, exact: Option<u64>, close: bool) -> Vec<u8> {
+    let mut head = Vec::with_capacity(160 + headers.len() * 48);
+    head.extend_from_slice(b"HTTP/1.1 ");
+    head.extend_from_slice(status.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    head.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        line(&mut head, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if !headers.contains_key(header::DATE) {
+        line(&mut head, b"date", &http_date());
+    }
+    match framing {
+        Framing::Length(false) => line(&mut head, b"content-length", exact.unwrap_or(0).to_string().as_bytes()),
+        Framing::Chunked => line(&mut head, b"transfer-encoding", b"chunked"),
+        Framing::Length(true) | Framing::None => {}
+    }
+    if close {
+        line(&mut head, b"connection", b"close");
+    }
+    head.extend_from_slice(b"\r\n");
+    head
+}
+
+fn line(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    head.extend_from_slice(name);
+    head.extend_from_slice(b": ");
+    head.extend_from_slice(value);
+    head.extend_from_slice(b"\r\n");
+}
+
+/// Now as an HTTP date, formatted once a second per thread.
+fn http_date() -> [u8; 29] {
+    thread_local!(static NOW: std::cell::Cell<(u64, [u8; 29])> = const { std::cell::Cell::new((u64::MAX, [0; 29])) });
+    let now = SystemTime::now();
+    let second = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    NOW.with(|cached| {
+        let (at, text) = cached.get();
+        if at == second {
+            return text;
+        }
+        let mut text = [0u8; 29];
+        text.copy_from_slice(&httpdate::fmt_http_date(now).as_bytes()[..29]);
+        cached.set((second, text));
+        text
+    })
+}
+
+/// Writes `response`; false when the connection failed or was closed meanwhile.
+async fn write_response(tcp: &mut TcpStream, read: &mut Vec<u8>, response: Response<Body>, close: bool) -> bool {
+    let (parts, mut body) = response.into_parts();
+    let exact = body.size_hint().exact();
+    let framing = framing(parts.status, &parts.headers, exact);
+    let mut head = Bytes::from(encode_head(parts.status, &parts.headers, framing, exact, close));
+    drop(parts);
+    if framing == Framing::None {
+        return tcp.write_all_buf(&mut head).await.is_ok();
+    }
+    if framing == Framing::Chunked && tcp.write_all_buf(&mut head).await.is_err() {
+        return false;
+    }
+    loop {
+        let frame = tokio::select! {
+            frame = body.frame() => frame,
+            () = peer_gone(tcp, read) => return false,
+        };
+        let data = match frame {
+            None => break,
+            Some(Err(_)) => return false,
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_trailers) => continue,
+            },
+        };
+        let written = if framing == Framing::Chunked {
+            if data.is_empty() {
+                continue;
+            }
+            let size = Bytes::from(format!("{:x}\r\n", data.len()));
+            tcp.write_all_buf(&mut size.chain(data).chain(&b"\r\n"[..])).await
+        } else {
+            // The head goes out with the first data, in one write.
+            tcp.write_all_buf(&mut (&mut head).chain(data)).await
+        };
+        if written.is_err() {
+            return false;
+        }
+    }
+    match framing {
+        Framing::Chunked => tcp.write_all(b"0\r\n\r\n").await.is_ok(),
+        _ => !head.has_remaining() || tcp.write_all_buf(&mut head).await.is_ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer() -> SocketAddr {
+        "127.0.0.1:1".parse().unwrap()
+    }
+
+    fn plain(bytes: &[u8]) -> (Request<Body>, bool, usize) {
+        match parse(bytes, peer()) {
+            Ok(plain) => plain,
+            Err(Unparsed::Partial) => panic!("partial: {:?}", String::from_utf8_lossy(bytes)),
+            Err(Unparsed::NotPlain) => panic!("not plain: {:?}", String::from_utf8_lossy(bytes)),
+        }
+    }
+
+    fn not_plain(bytes: &[u8]) -> bool {
+        matches!(parse(bytes, peer()), Err(Unparsed::NotPlain))
+    }
+
+    #[test]
+    fn a_plain_get_is_parsed_with_its_headers_peer_and_length() {
+        let bytes =
+            b"GET /feeds/a/?max=5 HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nX-A: 1\r\nX-A: 2\r\n\r\nGET /";
+        let (request, close, len) = plain(bytes);
+        assert_eq!(len, bytes.len() - 5);
+        assert!(!close);
+        assert_eq!(request.uri().path(), "/feeds/a/");
+        assert_eq!(request.uri().query(), Some("max=5"));
+        assert_eq!(request.headers()[header::ACCEPT], "text/event-stream");
+        assert_eq!(request.headers().get_all("x-a").iter().count(), 2);
+        assert_eq!(request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0), Some(peer()));
+        let (_, close, _) = plain(b"GET / HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n");
+        assert!(close);
+    }
+
+    #[test]
+    fn a_head_not_yet_whole_is_partial() {
+        assert!(matches!(parse(b"GET /feeds/a/ HTTP/1.1\r\nHost: x\r\n", peer()), Err(Unparsed::Partial)));
+    }
+
+    #[test]
+    fn anything_but_a_plain_get_goes_to_hyper() {
+        for bytes in [
+            &b"PUT /feeds/a/items/x HTTP/1.1\r\nContent-Length: 0\r\n\r\n"[..],
+            b"HEAD /feeds/a/ HTTP/1.1\r\n\r\n",
+            b"GET /feeds/a/ HTTP/1.0\r\n\r\n",
+            b"GET /feeds/a/ HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+            b"GET /feeds/a/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"GET /feeds/a/ HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+            b"GET /feeds/a/ HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            b"GET http://x/feeds/a/ HTTP/1.1\r\n\r\n",
+            b"GET /feeds/a\x01b HTTP/1.1\r\n\r\n",
+            b"GET /feeds/a/ HTTP/1.1\r\nX-Folded: a\r\n b\r\n\r\n",
+            b"GET /feeds/a/ HTTP/1.1\r\nX-Space : a\r\n\r\n",
+        ] {
+            assert!(not_plain(bytes), "{:?}", String::from_utf8_lossy(bytes));
+        }
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("X-H{i}: v\r\n")).collect();
+        assert!(not_plain(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes()));
+        let long = format!("GET /?a={} HTTP/1.1\r\n\r\n", "a".repeat(MAX_HEAD));
+        assert!(not_plain(long.as_bytes()));
+    }
+
+    #[test]
+    fn heads_are_framed_by_length_chunks_or_nothing() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let head =
+            String::from_utf8(encode_head(StatusCode::OK, &headers, Framing::Length(false), Some(37), false)).unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ndate: "), "{head}");
+        assert!(head.ends_with(" GMT\r\ncontent-length: 37\r\n\r\n"), "{head}");
+        assert_eq!(framing(StatusCode::OK, &headers, None), Framing::Chunked);
+        let head = String::from_utf8(encode_head(StatusCode::OK, &headers, Framing::Chunked, None, true)).unwrap();
+        assert!(head.ends_with("transfer-encoding: chunked\r\nconnection: close\r\n\r\n"), "{head}");
+        assert_eq!(framing(StatusCode::NOT_MODIFIED, &headers, Some(0)), Framing::None);
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        assert_eq!(framing(StatusCode::OK, &headers, Some(3)), Framing::Length(true));
+        let head =
+            String::from_utf8(encode_head(StatusCode::OK, &headers, Framing::Length(true), Some(3), false)).unwrap();
+        assert_eq!(head.matches("content-length").count(), 1, "{head}");
+    }
+
+    #[test]
+    fn the_date_is_an_http_date_of_now() {
+        let date = http_date();
+        let parsed = httpdate::parse_http_date(std::str::from_utf8(&date).unwrap()).unwrap();
+        let off = SystemTime::now().duration_since(parsed).unwrap();
+        assert!(off < Duration::from_secs(2), "{off:?}");
+    }
+}
