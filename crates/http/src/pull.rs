@@ -87,16 +87,17 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
             };
             // A request that may be held reads as a long-poll from the start: requests asked
             // again after the same change (re-armed long-polls) share that first read too.
-            let (generation, page) = if holds {
+            let read = if holds {
                 long_poll(&st, &actor, &r.view, req, Duration::from_secs(timeout)).await?
             } else {
-                (generation, st.svc.pull(actor.as_str(), req).await.map_err(err)?)
+                Arc::new((generation, st.svc.pull(actor.as_str(), req).await.map_err(err)?))
             };
+            let (generation, page) = (read.0, &read.1);
             match st.answers.get(&key, generation) {
                 // Another request woken by the same change made it already.
                 Some(a) => a,
                 None => {
-                    let (ctype, body) = render(&st, &feed, &r.url, max, format, q.callback.as_deref(), &page);
+                    let (ctype, body) = render(&st, &feed, &r.url, max, format, q.callback.as_deref(), page);
                     let made = Made { content_type: ctype, body, empty: page.items.is_empty(), archived: false };
                     st.answers.put(key, generation, made)
                 }
@@ -154,14 +155,15 @@ fn render<S: Store>(
 
 /// Reads the page, and holds it while empty until an item enters the view or `timeout`
 /// passes, re-reading the view after each wake-up (SPEC §9, long-poll). Answers the last
-/// page read and the feed's generation read just before it.
+/// page read and the feed's generation read just before it, as shared by every request
+/// woken with it (not copied: most find their answer made already).
 async fn long_poll<S: Store>(
     st: &Arc<HttpState<S>>,
     actor: &Actor,
     view: &View,
     req: PullRequest,
     timeout: Duration,
-) -> Result<(i64, Page), ApiError> {
+) -> Result<Arc<(i64, Page)>, ApiError> {
     let deadline = Instant::now() + timeout;
     // Registered before the first read, so a change committed after it is seen.
     let mut held = st.wakeups.hold(view.clone());
@@ -179,16 +181,16 @@ async fn long_poll<S: Store>(
             }
         };
         let read = st.flights.get((actor.as_str().to_string(), req.clone()), generation, read).await;
-        let (g, page) = Arc::unwrap_or_clone(read.map_err(|e| ApiError::from_feed(e, actor))?);
-        if !page.items.is_empty() {
-            return Ok((g, page));
+        let read = read.map_err(|e| ApiError::from_feed(e, actor))?;
+        if !read.1.items.is_empty() {
+            return Ok(read);
         }
         held_metric.get_or_insert_with(|| st.metrics.held("longpoll"));
         let left = deadline.saturating_duration_since(Instant::now());
         tokio::select! {
             generation = held.changed() => woken_by = Some(generation),
-            _ = tokio::time::sleep(left) => return Ok((g, page)),
-            _ = st.closed() => return Ok((g, page)),
+            _ = tokio::time::sleep(left) => return Ok(read),
+            _ = st.closed() => return Ok(read),
         }
     }
 }

@@ -30,7 +30,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tower::ServiceExt;
+use tower::Service;
 
 /// What a connection serves with, and when it must stop.
 pub(super) struct Plain {
@@ -62,7 +62,8 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
             // Nothing is kept while the request is held.
             read = Vec::new();
         }
-        let answer = std::pin::pin!(plain.app.clone().oneshot(request));
+        // A router is always ready: it is called without asking.
+        let answer = std::pin::pin!(plain.app.call(request));
         let response = tokio::select! {
             answer = answer => match answer {
                 Ok(r) => r,
