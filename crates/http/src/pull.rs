@@ -54,19 +54,22 @@ fn accept(headers: &HeaderMap) -> &str {
 pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Response, ApiError> {
     let Asked { actor, path: feed, query, headers } = asked;
     let q = FeedQuery::parse(query.as_deref(), PULL_PARAMS)?;
+    drop(query);
     let r = resolve(&st.svc, &st.settings.base, &feed, &q)?;
     if accept(&headers).contains("text/event-stream") {
         let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_string);
-        return sse::stream(st, actor, &feed, q, r, last_event_id).await;
+        return Box::pin(sse::stream(st, actor, &feed, q, r, last_event_id)).await;
     }
     let max = st.svc.page_size(q.max);
     let format = q.format.unwrap_or_else(|| Format::from_accept(accept(&headers), Format::Json));
+    // Only the validators are read from here on: the rest is not kept while the request is held.
+    let headers = validators(headers);
     let timeout = q.timeout.unwrap_or(DEFAULT_TIMEOUT).min(st.settings.max_timeout);
     // Whether an empty answer is held (SPEC §9, long-poll) rather than sent.
     let holds = !r.view.order.descending && q.until.is_none() && max > 0 && timeout > 0;
     let key = format!("page\n{}\n{:?}\n{:?}\n{max}\n{format:?}\n{:?}", r.url, q.since, q.until, q.callback);
     let err = |e| ApiError::from_feed(e, &actor);
-    let generation = st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed).await.map_err(err)?;
+    let generation = Box::pin(st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed)).await.map_err(err)?;
     let kept = st.answers.get(&key, generation);
     let answer = match kept {
         // A kept empty answer of a request that holds: the request waits like any other.
@@ -90,7 +93,7 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
             let read = if holds {
                 long_poll(&st, &actor, &r.view, req, Duration::from_secs(timeout)).await?
             } else {
-                Arc::new((generation, st.svc.pull(actor.as_str(), req).await.map_err(err)?))
+                Arc::new((generation, Box::pin(st.svc.pull(actor.as_str(), req)).await.map_err(err)?))
             };
             let (generation, page) = (read.0, &read.1);
             match st.answers.get(&key, generation) {
@@ -105,6 +108,15 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
         }
     };
     Ok(finish(&st, &feed, &r.url, q.callback.is_some(), answer.respond(&headers)))
+}
+
+/// The request's `If-None-Match` headers, all an answer reads of them once it is chosen.
+fn validators(all: HeaderMap) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    for v in all.get_all(header::IF_NONE_MATCH) {
+        kept.append(header::IF_NONE_MATCH, v.clone());
+    }
+    kept
 }
 
 /// A pull answer's headers besides its ETag.
@@ -180,7 +192,9 @@ async fn long_poll<S: Store>(
                 Ok(Arc::new((g, st.svc.pull(&who, asked).await?)))
             }
         };
-        let read = st.flights.get((actor.as_str().to_string(), req.clone()), generation, read).await;
+        // Boxed, as are the other reads below: a read's future is larger than what a held
+        // request keeps while it waits, and would otherwise be kept with it.
+        let read = Box::pin(st.flights.get((actor.as_str().to_string(), req.clone()), generation, read)).await;
         let read = read.map_err(|e| ApiError::from_feed(e, actor))?;
         if !read.1.items.is_empty() {
             return Ok(read);
@@ -216,7 +230,7 @@ pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) ->
     let url = format!("{}items/{}", feed_base(&st.settings.base, &feed), utf8_percent_encode(&id, SEGMENT));
     let key = format!("item\n{url}\n{format:?}\n{:?}", q.callback);
     let err = |e| ApiError::from_feed(e, &actor);
-    let generation = st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed).await.map_err(err)?;
+    let generation = Box::pin(st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed)).await.map_err(err)?;
     let answer = match st.answers.get(&key, generation) {
         Some(a) => a,
         None => {
