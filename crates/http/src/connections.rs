@@ -49,7 +49,7 @@ pub struct ConnectionLimits {
 /// once every connection is closed.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    app: axum::Router,
+    app: super::App,
     limits: ConnectionLimits,
     metrics: Arc<Metrics>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,

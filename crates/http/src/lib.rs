@@ -121,12 +121,19 @@ impl<S: Store> HttpState<S> {
 
 pub type St<S> = State<Arc<HttpState<S>>>;
 
-/// The router of the HTTP face. `more` is routes served beside it (the WebSub hub's), behind
-/// the same gate, CORS, timeout and tracing; this face does not know what they are.
-pub fn router<S: Store>(state: Arc<HttpState<S>>, more: axum::Router) -> axum::Router {
+/// The HTTP face as one service: its router, every route behind the gate, inside CORS, the
+/// timeout and tracing.
+pub type App = tower_http::trace::Trace<
+    tower_http::timeout::Timeout<tower_http::cors::Cors<axum::Router>>,
+    tower_http::classify::SharedClassifier<tower_http::classify::ServerErrorsAsFailures>,
+>;
+
+/// The HTTP face. `more` is routes served beside it (the WebSub hub's), behind the same
+/// gate, CORS, timeout and tracing; this face does not know what they are.
+pub fn router<S: Store>(state: Arc<HttpState<S>>, more: axum::Router) -> App {
     // Longer than the longest long-poll, so only a stuck request is cut off.
     let timeout = Duration::from_secs(state.settings.max_timeout + 30);
-    axum::Router::new()
+    let routes = axum::Router::new()
         .route("/", get(html_page::index::<S>))
         .route("/health", get(health::<S>))
         .route("/openapi.json", get(|State(st): St<S>| openapi::openapi_json(st.settings.base.clone())))
@@ -144,13 +151,17 @@ pub fn router<S: Store>(state: Arc<HttpState<S>>, more: axum::Router) -> axum::R
         })
         .with_state(state.clone())
         .merge(more)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), gate::<S>))
-        .layer(cors::layer(state.svc.policy().clone()))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), gate::<S>));
+    // Around the whole router, not each route (as `Router::layer` puts them): a connection
+    // holds them once, where each request cloned them with its route and boxed their future.
+    tower::ServiceBuilder::new()
+        .layer(tower_http::trace::TraceLayer::new_for_http())
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             timeout,
         ))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(cors::layer(state.svc.policy().clone()))
+        .service(routes)
 }
 
 /// The largest body any route takes: an Atom entry at the payload limit, with a little room

@@ -34,7 +34,7 @@ use tower::Service;
 
 /// What a connection serves with, and when it must stop.
 pub(super) struct Plain {
-    pub app: axum::Router,
+    pub app: crate::App,
     pub peer: SocketAddr,
     pub header_timeout: Duration,
     /// Turns true when the face stops.
@@ -62,7 +62,7 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
             // Nothing is kept while the request is held.
             read = Vec::new();
         }
-        // A router is always ready: it is called without asking.
+        // The face is always ready (no layer of it holds requests back): called without asking.
         let answer = std::pin::pin!(plain.app.call(request));
         let response = tokio::select! {
             answer = answer => match answer {
@@ -263,8 +263,14 @@ fn http_date() -> [u8; 29] {
 }
 
 /// Writes `response`; false when the connection failed or was closed meanwhile.
-async fn write_response(tcp: &mut TcpStream, read: &mut Vec<u8>, response: Response<Body>, close: bool) -> bool {
-    let (parts, mut body) = response.into_parts();
+async fn write_response<B: HttpBody<Data = Bytes>>(
+    tcp: &mut TcpStream,
+    read: &mut Vec<u8>,
+    response: Response<B>,
+    close: bool,
+) -> bool {
+    let (parts, body) = response.into_parts();
+    let mut body = std::pin::pin!(body);
     let exact = body.size_hint().exact();
     let framing = framing(parts.status, &parts.headers, exact);
     let mut head = Bytes::from(encode_head(parts.status, &parts.headers, framing, exact, close));
