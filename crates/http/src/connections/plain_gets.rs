@@ -24,6 +24,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
 use bytes::{Buf, Bytes};
 use http_body_util::BodyExt;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -194,8 +195,10 @@ fn parse(bytes: &[u8], peer: SocketAddr) -> Result<(Request<Body>, bool, usize),
 enum Framing {
     /// No body (1xx, 204, 304).
     None,
-    /// `Content-Length`: given by the answer (`true`) or added here.
-    Length(bool),
+    /// By the `Content-Length` the answer carries.
+    Given,
+    /// By a `Content-Length` of this many bytes, added here.
+    Length(u64),
     Chunked,
 }
 
@@ -203,9 +206,9 @@ fn framing(status: StatusCode, headers: &HeaderMap, exact: Option<u64>) -> Frami
     if status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         Framing::None
     } else if headers.contains_key(header::CONTENT_LENGTH) {
-        Framing::Length(true)
-    } else if exact.is_some() {
-        Framing::Length(false)
+        Framing::Given
+    } else if let Some(n) = exact {
+        Framing::Length(n)
     } else {
         Framing::Chunked
     }
@@ -213,7 +216,7 @@ fn framing(status: StatusCode, headers: &HeaderMap, exact: Option<u64>) -> Frami
 
 /// The answer's status line and headers, with `date`, its framing and `connection: close`
 /// when the connection closes after it.
-fn encode_head(status: StatusCode, headers: &HeaderMap, framing: Framing, exact: Option<u64>, close: bool) -> Vec<u8> {
+fn encode_head(status: StatusCode, headers: &HeaderMap, framing: Framing, close: bool) -> Vec<u8> {
     let mut head = Vec::with_capacity(160 + headers.len() * 48);
     head.extend_from_slice(b"HTTP/1.1 ");
     head.extend_from_slice(status.as_str().as_bytes());
@@ -227,9 +230,9 @@ fn encode_head(status: StatusCode, headers: &HeaderMap, framing: Framing, exact:
         line(&mut head, b"date", &http_date());
     }
     match framing {
-        Framing::Length(false) => line(&mut head, b"content-length", exact.unwrap_or(0).to_string().as_bytes()),
+        Framing::Length(n) => line(&mut head, b"content-length", n.to_string().as_bytes()),
         Framing::Chunked => line(&mut head, b"transfer-encoding", b"chunked"),
-        Framing::Length(true) | Framing::None => {}
+        Framing::Given | Framing::None => {}
     }
     if close {
         line(&mut head, b"connection", b"close");
@@ -271,9 +274,8 @@ async fn write_response<B: HttpBody<Data = Bytes>>(
 ) -> bool {
     let (parts, body) = response.into_parts();
     let mut body = std::pin::pin!(body);
-    let exact = body.size_hint().exact();
-    let framing = framing(parts.status, &parts.headers, exact);
-    let mut head = Bytes::from(encode_head(parts.status, &parts.headers, framing, exact, close));
+    let framing = framing(parts.status, &parts.headers, body.size_hint().exact());
+    let mut head = Bytes::from(encode_head(parts.status, &parts.headers, framing, close));
     drop(parts);
     if framing == Framing::None {
         return tcp.write_all_buf(&mut head).await.is_ok();
@@ -298,8 +300,14 @@ async fn write_response<B: HttpBody<Data = Bytes>>(
             if data.is_empty() {
                 continue;
             }
-            let size = Bytes::from(format!("{:x}\r\n", data.len()));
-            tcp.write_all_buf(&mut size.chain(data).chain(&b"\r\n"[..])).await
+            // The chunk's size line, written where it stands: no allocation per event.
+            let mut size = [0u8; 18];
+            let used = {
+                let mut rest = &mut size[..];
+                let _ = write!(rest, "{:x}\r\n", data.len());
+                18 - rest.len()
+            };
+            tcp.write_all_buf(&mut Buf::chain(&size[..used], data).chain(&b"\r\n"[..])).await
         } else {
             // The head goes out with the first data, in one write.
             tcp.write_all_buf(&mut (&mut head).chain(data)).await
@@ -382,18 +390,16 @@ mod tests {
     fn heads_are_framed_by_length_chunks_or_nothing() {
         let mut headers = HeaderMap::new();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let head =
-            String::from_utf8(encode_head(StatusCode::OK, &headers, Framing::Length(false), Some(37), false)).unwrap();
+        let head = String::from_utf8(encode_head(StatusCode::OK, &headers, Framing::Length(37), false)).unwrap();
         assert!(head.starts_with("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ndate: "), "{head}");
         assert!(head.ends_with(" GMT\r\ncontent-length: 37\r\n\r\n"), "{head}");
         assert_eq!(framing(StatusCode::OK, &headers, None), Framing::Chunked);
-        let head = String::from_utf8(encode_head(StatusCode::OK, &headers, Framing::Chunked, None, true)).unwrap();
+        let head = String::from_utf8(encode_head(StatusCode::OK, &headers, Framing::Chunked, true)).unwrap();
         assert!(head.ends_with("transfer-encoding: chunked\r\nconnection: close\r\n\r\n"), "{head}");
         assert_eq!(framing(StatusCode::NOT_MODIFIED, &headers, Some(0)), Framing::None);
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
-        assert_eq!(framing(StatusCode::OK, &headers, Some(3)), Framing::Length(true));
-        let head =
-            String::from_utf8(encode_head(StatusCode::OK, &headers, Framing::Length(true), Some(3), false)).unwrap();
+        assert_eq!(framing(StatusCode::OK, &headers, Some(3)), Framing::Given);
+        let head = String::from_utf8(encode_head(StatusCode::OK, &headers, Framing::Given, false)).unwrap();
         assert_eq!(head.matches("content-length").count(), 1, "{head}");
     }
 
