@@ -61,6 +61,8 @@ pub async fn serve(
         .max_headers(MAX_HEADERS)
         .max_header_size(MAX_HEAD);
     let http1 = Arc::new(http1);
+    // One face for every connection, which clones it per request for as long as the call.
+    let app = Arc::new(app);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let (stopping_tx, stopping) = watch::channel(false);
@@ -94,10 +96,13 @@ pub async fn serve(
         open.inc();
         tokio::spawn(async move {
             if let plain_gets::Ended::ToHyper(tcp, read) = plain_gets::serve(tcp, &mut plain).await {
-                let service = plain.app.map_request(move |mut req: axum::http::Request<Incoming>| {
-                    req.extensions_mut().insert(ConnectInfo(peer));
-                    req.map(axum::body::Body::new)
-                });
+                let app = super::App::clone(&plain.app);
+                let service = app
+                    .map_request(move |mut req: axum::http::Request<Incoming>| {
+                        req.extensions_mut().insert(ConnectInfo(peer));
+                        req.map(axum::body::Body::new)
+                    })
+                    .and_then(|res| async { Ok::<_, std::convert::Infallible>(super::later::answer(res).await) });
                 let io = TokioIo::new(rewind::Rewind::new(read, tcp));
                 // Boxed: the task keeps only what the plain path needs while it serves.
                 let conn = Box::pin(watcher.watch(http1.serve_connection(io, TowerToHyperService::new(service))));

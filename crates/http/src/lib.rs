@@ -6,7 +6,8 @@
 //!
 //! Files: `connections` (how connections are taken: their cap and timeouts, the head's
 //! bounds), `client_addr` (a client's address behind trusted proxies), `bounds` (what a request's path and body must keep to), `actor` (who a request is), `answers` (the JSON bodies, typed), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
-//! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry),
+//! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry), `later` (answers given
+//! after the layers are done: held long-polls),
 //! `single_flight` (one read shared by many waiters), `generations` (each feed's change
 //! generation), `answer_cache` (ETags from it, hot answers as bytes), `rendered` (an item's
 //! forms, made once per version), `cors` (cross-origin reads of open
@@ -34,6 +35,7 @@ pub use feed::generations;
 pub mod html_page;
 pub mod hub;
 pub mod json_feed;
+pub mod later;
 pub mod longpoll;
 pub mod openapi;
 pub mod pull;
@@ -200,7 +202,14 @@ async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Respo
     }
     .await
     .unwrap_or_else(IntoResponse::into_response);
-    st.metrics.http_request(route, res.status().as_u16(), started.elapsed());
+    match res.extensions().get::<later::Later>() {
+        // A held request counts when it is answered.
+        Some(later) => {
+            let metrics = st.metrics.clone();
+            later.then(move |res| metrics.http_request(route, res.status().as_u16(), started.elapsed()));
+        }
+        None => st.metrics.http_request(route, res.status().as_u16(), started.elapsed()),
+    }
     res
 }
 

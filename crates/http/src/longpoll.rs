@@ -45,6 +45,11 @@ pub struct Held {
 }
 
 impl Held {
+    /// The view held.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
     /// The generation of the view's last wake-up (or of the registration, if none since).
     pub fn generation(&self) -> u64 {
         self.rx.as_ref().map_or(0, |rx| *rx.borrow())

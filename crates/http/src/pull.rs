@@ -13,24 +13,29 @@ use super::errors::{ApiError, quote};
 use super::formats::{Doc, Format, jsonp};
 use super::query::FeedQuery;
 use super::resolve::{SEGMENT, common_headers, feed_base, resolve};
-use super::{HttpState, St, json_feed, sse};
+use super::longpoll::Held;
+use super::{HttpState, St, json_feed, later, sse};
 use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use feed::View;
+use feed::FeedError;
 use feed::paging::Page;
 use feed::ports::Store;
 use feed::service::PullRequest;
 use percent_encoding::utf8_percent_encode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// The parameters a feed URL takes.
 pub const PULL_PARAMS: &[&str] =
     &["order", "author", "category", "since", "until", "max", "timeout", "callback", "format"];
 /// The default long-poll, seconds (SPEC §9).
 const DEFAULT_TIMEOUT: u64 = 55;
+/// How long past its deadline a held long-poll's last read may take before it is given up
+/// as stuck (503), as the timeout layer does for other requests.
+const STUCK: Duration = Duration::from_secs(30);
 
 fn accept(headers: &HeaderMap) -> &str {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("")
@@ -62,52 +67,85 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
     }
     let max = st.svc.page_size(q.max);
     let format = q.format.unwrap_or_else(|| Format::from_accept(accept(&headers), Format::Json));
-    // Only the validators are read from here on: the rest is not kept while the request is held.
-    let headers = validators(headers);
     let timeout = q.timeout.unwrap_or(DEFAULT_TIMEOUT).min(st.settings.max_timeout);
     // Whether an empty answer is held (SPEC §9, long-poll) rather than sent.
     let holds = !r.view.order.descending && q.until.is_none() && max > 0 && timeout > 0;
     let key = format!("page\n{}\n{:?}\n{:?}\n{max}\n{format:?}\n{:?}", r.url, q.since, q.until, q.callback);
+    // Only the validators are read from here on: the rest is not kept while the request is held.
+    let asking = Asking { feed, url: r.url, key, max, format, callback: q.callback, validators: validators(headers) };
     let err = |e| ApiError::from_feed(e, &actor);
-    let generation = Box::pin(st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed)).await.map_err(err)?;
-    let kept = st.answers.get(&key, generation);
-    let answer = match kept {
+    let generation =
+        Box::pin(st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed)).await.map_err(err)?;
+    match st.answers.get(&asking.key, generation) {
         // A kept empty answer of a request that holds: the request waits like any other.
-        Some(a) if !(holds && a.empty) => a,
-        _ if !holds && answer_cache::matches(&headers, &answer_cache::etag(&key, generation)) => {
+        Some(a) if !(holds && a.empty) => return Ok(asking.respond(&st, &a)),
+        _ if !holds && answer_cache::matches(&asking.validators, &answer_cache::etag(&asking.key, generation)) => {
             // The client's copy is current, and this request is never held: no read at all.
             let mut res = axum::http::StatusCode::NOT_MODIFIED.into_response();
-            res.headers_mut().insert(header::ETAG, answer_cache::etag(&key, generation));
-            return Ok(finish(&st, &feed, &r.url, q.callback.is_some(), res));
+            res.headers_mut().insert(header::ETAG, answer_cache::etag(&asking.key, generation));
+            return Ok(finish(&st, &asking.feed, &asking.url, asking.callback.is_some(), res));
         }
-        _ => {
-            let req = PullRequest {
-                node: r.node.clone(),
-                max: Some(max),
-                after: q.since.clone(),
-                before: q.until.clone(),
-                ..PullRequest::default()
-            };
-            // A request that may be held reads as a long-poll from the start: requests asked
-            // again after the same change (re-armed long-polls) share that first read too.
-            let read = if holds {
-                long_poll(&st, &actor, &r.view, req, Duration::from_secs(timeout)).await?
-            } else {
-                Arc::new((generation, Box::pin(st.svc.pull(actor.as_str(), req)).await.map_err(err)?))
-            };
-            let (generation, page) = (read.0, &read.1);
-            match st.answers.get(&key, generation) {
-                // Another request woken by the same change made it already.
-                Some(a) => a,
-                None => {
-                    let (ctype, body) = render(&st, &feed, &r.url, max, format, q.callback.as_deref(), page);
-                    let made = Made { content_type: ctype, body, empty: page.items.is_empty(), archived: false };
-                    st.answers.put(key, generation, made)
-                }
-            }
-        }
+        _ => {}
+    }
+    let req = PullRequest {
+        node: r.node,
+        max: Some(max),
+        after: q.since,
+        before: q.until,
+        ..PullRequest::default()
     };
-    Ok(finish(&st, &feed, &r.url, q.callback.is_some(), answer.respond(&headers)))
+    if !holds {
+        let page = Box::pin(st.svc.pull(actor.as_str(), req)).await.map_err(err)?;
+        return Ok(asking.answer(&st, &(generation, page)));
+    }
+    // Registered before the first read, so a change committed after it is seen.
+    let held = st.wakeups.hold(r.view);
+    // A request that may be held reads as a long-poll from the start: requests asked again
+    // after the same change (re-armed long-polls) share that first read too. Its tag is the
+    // generation the view's counter had when it was registered.
+    let read = Box::pin(shared_read(&st, &actor, &req, &held.view().feed, held.generation())).await.map_err(err)?;
+    if !read.1.items.is_empty() {
+        return Ok(asking.answer(&st, &read));
+    }
+    let deadline = Instant::now() + Duration::from_secs(timeout);
+    Ok(later::later(long_poll(st, actor, req, held, read, deadline, asking)))
+}
+
+/// What a page answer is made of besides the page; what a held long-poll keeps of its request.
+struct Asking {
+    feed: String,
+    /// The view's feed URL, as asked.
+    url: String,
+    /// The answer's key in the kept answers (see [`answer_cache`]).
+    key: String,
+    max: u64,
+    format: Format,
+    callback: Option<String>,
+    validators: HeaderMap,
+}
+
+impl Asking {
+    /// The answer for `read` (a page and the feed's generation read just before it): the
+    /// kept one made from the same generation (another request woken by the same change
+    /// made it already), or made now and kept.
+    fn answer<S: Store>(&self, st: &HttpState<S>, read: &(i64, Page)) -> Response {
+        let (generation, page) = (read.0, &read.1);
+        let answer = match st.answers.get(&self.key, generation) {
+            Some(a) => a,
+            None => {
+                let (ctype, body) =
+                    render(st, &self.feed, &self.url, self.max, self.format, self.callback.as_deref(), page);
+                let made = Made { content_type: ctype, body, empty: page.items.is_empty(), archived: false };
+                st.answers.put(self.key.clone(), generation, made)
+            }
+        };
+        self.respond(st, &answer)
+    }
+
+    /// `answer` as sent to this request: 304 when the client has it, with a pull's headers.
+    fn respond<S: Store>(&self, st: &HttpState<S>, answer: &answer_cache::Answer) -> Response {
+        finish(st, &self.feed, &self.url, self.callback.is_some(), answer.respond(&self.validators))
+    }
 }
 
 /// The request's `If-None-Match` headers, all an answer reads of them once it is chosen.
@@ -165,48 +203,60 @@ fn render<S: Store>(
     }
 }
 
-/// Reads the page, and holds it while empty until an item enters the view or `timeout`
-/// passes, re-reading the view after each wake-up (SPEC §9, long-poll). Answers the last
-/// page read and the feed's generation read just before it, as shared by every request
-/// woken with it (not copied: most find their answer made already).
-async fn long_poll<S: Store>(
+/// A read of a view for long-polls, shared by every request asking the same of it after
+/// the same wake-up `generation`: the feed's generation read just before the page, and the
+/// page.
+async fn shared_read<S: Store>(
     st: &Arc<HttpState<S>>,
     actor: &Actor,
-    view: &View,
-    req: PullRequest,
-    timeout: Duration,
-) -> Result<Arc<(i64, Page)>, ApiError> {
-    let deadline = Instant::now() + timeout;
-    // Registered before the first read, so a change committed after it is seen.
-    let mut held = st.wakeups.hold(view.clone());
-    let mut held_metric = None;
-    let mut woken_by = None;
-    loop {
-        // Every request woken by the same wake-up shares one read (the first one's, too:
-        // its tag is the generation the view's counter had when it was registered).
-        let generation = woken_by.unwrap_or_else(|| held.generation());
-        let read = {
-            let (st, who, asked, feed) = (st.clone(), actor.as_str().to_string(), req.clone(), view.feed.clone());
-            || async move {
-                let g = st.generations.get(&st.svc, &who, &asked.node, &feed).await?;
-                Ok(Arc::new((g, st.svc.pull(&who, asked).await?)))
-            }
-        };
-        // Boxed, as are the other reads below: a read's future is larger than what a held
-        // request keeps while it waits, and would otherwise be kept with it.
-        let read = Box::pin(st.flights.get((actor.as_str().to_string(), req.clone()), generation, read)).await;
-        let read = read.map_err(|e| ApiError::from_feed(e, actor))?;
-        if !read.1.items.is_empty() {
-            return Ok(read);
+    req: &PullRequest,
+    feed: &str,
+    generation: u64,
+) -> Result<Arc<(i64, Page)>, FeedError> {
+    let read = {
+        let (st, who, asked, feed) = (st.clone(), actor.as_str().to_string(), req.clone(), feed.to_string());
+        || async move {
+            let g = st.generations.get(&st.svc, &who, &asked.node, &feed).await?;
+            Ok(Arc::new((g, st.svc.pull(&who, asked).await?)))
         }
-        held_metric.get_or_insert_with(|| st.metrics.held("longpoll"));
-        let left = deadline.saturating_duration_since(Instant::now());
+    };
+    st.flights.get((actor.as_str().to_string(), req.clone()), generation, read).await
+}
+
+/// Holds a long-poll whose page was empty until an item enters the view or `deadline`
+/// passes, re-reading the view after each wake-up (SPEC §9, long-poll); then answers the
+/// last page read, as shared by every request woken with it (not copied: most find their
+/// answer made already). What it keeps while it waits is all a held long-poll costs (see
+/// [`later`]).
+async fn long_poll<S: Store>(
+    st: Arc<HttpState<S>>,
+    actor: Actor,
+    req: PullRequest,
+    mut held: Held,
+    mut read: Arc<(i64, Page)>,
+    deadline: Instant,
+    asking: Asking,
+) -> Response {
+    let _held = st.metrics.held("longpoll");
+    loop {
         tokio::select! {
-            generation = held.changed() => woken_by = Some(generation),
-            _ = tokio::time::sleep(left) => return Ok(read),
-            _ = st.closed() => return Ok(read),
+            generation = held.changed() => {
+                // Bounded as the timeout layer bounds a request: only a stuck read runs into it.
+                let next = shared_read(&st, &actor, &req, &held.view().feed, generation);
+                match tokio::time::timeout_at(deadline + STUCK, Box::pin(next)).await {
+                    Ok(Ok(next)) => read = next,
+                    Ok(Err(e)) => return ApiError::from_feed(e, &actor).into_response(),
+                    Err(_) => return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response(),
+                }
+                if !read.1.items.is_empty() {
+                    break;
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = st.closed() => break,
         }
     }
+    asking.answer(&st, &read)
 }
 
 /// `GET BASE/feeds/FEED/items/ID`: one item, JSON or an Atom entry.

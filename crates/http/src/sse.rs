@@ -162,7 +162,8 @@ async fn read<S: Store>(s: &mut Streaming<S>, generation: u64) -> Option<Option<
         }
     };
     let group = (s.asker.clone(), s.pos.clone());
-    let events = match s.st.events.get(group, generation, read).await {
+    // Boxed for its while: the read's future is larger than what a waiting stream keeps.
+    let events = match Box::pin(s.st.events.get(group, generation, read)).await {
         Ok(e) => e,
         Err(e) => {
             tracing::debug!(error = %e, node = %s.node, "event stream ends");

@@ -23,7 +23,7 @@ use axum::body::{Body, HttpBody};
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
 use bytes::{Buf, Bytes};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Either};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
@@ -35,7 +35,7 @@ use tower::Service;
 
 /// What a connection serves with, and when it must stop.
 pub(super) struct Plain {
-    pub app: crate::App,
+    pub app: std::sync::Arc<crate::App>,
     pub peer: SocketAddr,
     pub header_timeout: Duration,
     /// Turns true when the face stops.
@@ -63,14 +63,8 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
             // Nothing is kept while the request is held.
             read = Vec::new();
         }
-        // The face is always ready (no layer of it holds requests back): called without asking.
-        let answer = std::pin::pin!(plain.app.call(request));
-        let response = tokio::select! {
-            answer = answer => match answer {
-                Ok(r) => r,
-                Err(never) => match never {},
-            },
-            () = peer_gone(&mut tcp, &mut read) => return Ended::Closed,
+        let Some(response) = answer(&mut tcp, &mut read, &plain.app, request).await else {
+            return Ended::Closed;
         };
         let close = close || *plain.stopping.borrow();
         if !write_response(&mut tcp, &mut read, response, close).await {
@@ -80,6 +74,34 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
             let _ = tcp.shutdown().await;
             return Ended::Closed;
         }
+    }
+}
+
+/// The face's answer to `request`, or `None` when the client goes away first. The face's
+/// future is boxed and dropped once it answers; an answer it gives later (a held long-poll,
+/// [`crate::later`]) is waited for alone, so a held request keeps only its wait.
+async fn answer(
+    tcp: &mut TcpStream,
+    read: &mut Vec<u8>,
+    app: &crate::App,
+    request: Request<Body>,
+) -> Option<Response<impl HttpBody<Data = Bytes, Error: Send> + Send + use<>>> {
+    // The face is always ready (no layer of it holds requests back): called without asking,
+    // on a clone made for the call.
+    let call = Box::pin(crate::App::clone(app).call(request));
+    let response = tokio::select! {
+        answer = call => match answer {
+            Ok(r) => r,
+            Err(never) => match never {},
+        },
+        () = peer_gone(tcp, read) => return None,
+    };
+    match crate::later::split(response) {
+        Err(response) => Some(response.map(Either::Left)),
+        Ok((head, wait)) => tokio::select! {
+            answer = wait => Some(crate::later::settle(head, answer).map(Either::Right)),
+            () = peer_gone(tcp, read) => None,
+        },
     }
 }
 
@@ -280,8 +302,12 @@ async fn write_response<B: HttpBody<Data = Bytes>>(
     if framing == Framing::None {
         return tcp.write_all_buf(&mut head).await.is_ok();
     }
-    if framing == Framing::Chunked && tcp.write_all_buf(&mut head).await.is_err() {
-        return false;
+    if framing == Framing::Chunked {
+        if tcp.write_all_buf(&mut head).await.is_err() {
+            return false;
+        }
+        // Not kept for the life of a stream.
+        head = Bytes::new();
     }
     loop {
         let frame = tokio::select! {
