@@ -142,6 +142,27 @@ async fn metrics_show_held_long_polls_and_count_routes() {
     let res = put_entry(&client, &ports().fx.base, "rated", "m1", BOT, &entry("urn:m1", "m", None, &[])).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(client.get(url("/nowhere")).bearer_auth(ADMIN).send().await.unwrap().status(), StatusCode::NOT_FOUND);
+    // A held long-poll is counted under its route when it is answered, not before.
+    let pulls = "smartfeeds_http_requests_total{route=\"/feeds/{feed}/\",status=\"200\"}";
+    let counted = metric(&scrape(), pulls);
+    let poll = client.get(url("/feeds/rated/?order=created&since=id:m1&timeout=20")).bearer_auth(ADMIN).send();
+    let poll = tokio::spawn(poll);
+    for _ in 0..100 {
+        if metric(&scrape(), held) == before + 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(metric(&scrape(), held), before + 1.0, "the long-poll is held");
+    assert_eq!(metric(&scrape(), pulls), counted, "a held long-poll is not counted yet");
+    let res = put_entry(&client, &ports().fx.base, "rated", "m2", BOT, &entry("urn:m2", "m", None, &[])).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let answer = poll.await.unwrap().expect("the long-poll's answer");
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert!(answer.headers().get("content-length").is_some_and(|l| l != "0"), "{:?}", answer.headers());
+    let doc: Value = answer.json().await.expect("a JSON page");
+    assert_eq!(doc["items"][0]["id"], "m2", "{doc}");
+    assert_eq!(metric(&scrape(), pulls), counted + 1.0, "the answered long-poll is counted");
     let text = scrape();
     assert!(
         metric(&text, "smartfeeds_http_requests_total{route=\"/feeds/{feed}/items/{id}\",status=\"200\"}") >= 1.0,
@@ -185,4 +206,57 @@ async fn forwarding_headers_name_the_client_only_from_a_trusted_proxy() {
         let sf = Standalone::start(trusted, &["rated"], limits);
         assert!(refused_of(&sf, 8, "x-forwarded-for", clients).await >= 5, "[http] {trusted}");
     }
+}
+
+/// A stop answers held long-polls at once (200, an empty page) and ends event streams, and
+/// the service exits 0 soon after, however long the long-polls asked to wait. Its own
+/// smartfeeds, which this test stops.
+#[tokio::test]
+async fn a_stop_answers_held_long_polls_and_ends_event_streams() {
+    let metrics = free_port();
+    let mut fx = HttpFixture::start(|http| {
+        format!(
+            "{}\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\n{}",
+            http_table(http, "", &["bot"]),
+            bot_feeds(&["stopping"])
+        )
+    });
+    let client = reqwest::Client::new();
+    let res = put_entry(&client, &fx.base, "stopping", "s1", BOT, &entry("urn:s1", "s", None, &[])).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let poll = client.get(fx.url("/feeds/stopping/?order=created&since=id:s1&timeout=120")).bearer_auth(BOT).send();
+    let poll = tokio::spawn(poll);
+    let mut stream = client
+        .get(fx.url("/feeds/stopping/?order=created"))
+        .bearer_auth(BOT)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .expect("an event stream");
+    assert_eq!(stream.status(), StatusCode::OK);
+    let held = |kind: &str| {
+        let name = format!("smartfeeds_http_held{{kind=\"{kind}\"}}");
+        testkit::smartfeeds::metric(&scrape_metrics(metrics), &name).unwrap_or(0.0)
+    };
+    for _ in 0..100 {
+        if held("longpoll") == 1.0 && held("stream") == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!((held("longpoll"), held("stream")), (1.0, 1.0), "both requests are held");
+
+    let started = std::time::Instant::now();
+    let stopping = tokio::task::spawn_blocking(move || fx.fx.feeds.stop());
+    let answer = tokio::time::timeout(Duration::from_secs(10), poll).await;
+    let answer = answer.expect("the long-poll is answered at the stop").unwrap().expect("an answer, not an error");
+    assert_eq!(answer.status(), StatusCode::OK);
+    let doc: Value = answer.json().await.expect("a JSON page");
+    assert_eq!(doc["count"], 0, "{doc}");
+    let ended =
+        tokio::time::timeout(Duration::from_secs(10), async { while let Ok(Some(_)) = stream.chunk().await {} }).await;
+    assert!(ended.is_ok(), "the event stream ends at the stop");
+    let status = stopping.await.unwrap().expect("smartfeeds was running");
+    assert!(status.success(), "exits 0: {status:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "stopped in {:?}", started.elapsed());
 }

@@ -13,8 +13,7 @@
 //! answer is ([`Later::then`]), and the wait bounds itself as the timeout layer would.
 
 use axum::body::Body;
-use axum::http::response::Parts;
-use axum::http::{HeaderName, header};
+use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::Response;
 use futures::future::BoxFuture;
 use http_body_util::Either;
@@ -45,44 +44,39 @@ impl Later {
     }
 }
 
-/// A stand-in's head, as the layers left it, and its wait; any other response as it is.
-pub fn split<B>(mut res: Response<B>) -> Result<(Parts, BoxFuture<'static, Response>), Response<B>> {
-    match res.extensions_mut().remove::<Later>() {
-        Some(Later(wait)) => match wait.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            Some(wait) => Ok((res.into_parts().0, wait)),
-            None => Err(res),
-        },
-        None => Err(res),
-    }
+/// The headers the layers put on a stand-in, but its `Content-Length` (of its empty
+/// body, not the answer's): kept as a list of exactly their length while the wait goes on.
+pub struct Added(Vec<(HeaderName, HeaderValue)>);
+
+/// What the layers added to a stand-in, and its wait; any other response as it is.
+pub fn split<B>(mut res: Response<B>) -> Result<(Added, BoxFuture<'static, Response>), Response<B>> {
+    let wait = match res.extensions_mut().remove::<Later>() {
+        Some(Later(wait)) => wait.lock().unwrap_or_else(PoisonError::into_inner).take(),
+        None => None,
+    };
+    let Some(wait) = wait else { return Err(res) };
+    let added = res.headers().iter().filter(|(n, _)| *n != header::CONTENT_LENGTH);
+    Ok((Added(added.map(|(n, v)| (n.clone(), v.clone())).collect()), wait))
 }
 
 /// The real answer with the headers the layers put on its stand-in, put as they put them:
-/// replacing the answer's own, but for `Vary`, whose values are added (as CORS does). The
-/// stand-in's `Content-Length` (of its empty body) is not the answer's.
-pub fn settle(head: Parts, answer: Response) -> Response {
-    let (mut parts, body) = answer.into_parts();
-    let mut name: Option<HeaderName> = None;
-    for (n, value) in head.headers {
-        if let Some(n) = n {
-            if n != header::VARY {
-                parts.headers.remove(&n);
-            }
-            name = Some(n);
-        }
-        match &name {
-            Some(n) if n != header::CONTENT_LENGTH => {
-                parts.headers.append(n.clone(), value);
-            }
-            _ => {}
+/// replacing the answer's own, but for `Vary`, whose values are added (as CORS does).
+pub fn settle(added: Added, mut answer: Response) -> Response {
+    for (name, _) in &added.0 {
+        if name != header::VARY {
+            answer.headers_mut().remove(name);
         }
     }
-    Response::from_parts(parts, body)
+    for (name, value) in added.0 {
+        answer.headers_mut().append(name, value);
+    }
+    answer
 }
 
 /// The answer `res` stands for, waited for here when it is a stand-in.
 pub async fn answer<B>(res: Response<B>) -> Response<Either<B, Body>> {
     match split(res) {
-        Ok((head, wait)) => settle(head, wait.await).map(Either::Right),
+        Ok((added, wait)) => settle(added, wait.await).map(Either::Right),
         Err(res) => res.map(Either::Left),
     }
 }
@@ -90,7 +84,7 @@ pub async fn answer<B>(res: Response<B>) -> Response<Either<B, Body>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::{HeaderValue, StatusCode};
+    use axum::http::StatusCode;
 
     #[tokio::test]
     async fn the_answer_comes_with_the_headers_the_layers_put_on_its_stand_in() {

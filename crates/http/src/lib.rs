@@ -114,10 +114,10 @@ pub struct HttpState<S: Store> {
 }
 
 impl<S: Store> HttpState<S> {
-    /// Resolves once shutdown has begun.
-    pub async fn closed(&self) {
-        let mut c = self.closing.clone();
-        let _ = c.wait_for(|c| *c).await;
+    /// Whether shutdown has begun. Held requests check it when woken: [`serve`] wakes them
+    /// all when it begins.
+    pub fn is_closing(&self) -> bool {
+        *self.closing.borrow()
     }
 }
 
@@ -234,6 +234,13 @@ pub async fn serve<S: Store>(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let metrics = state.metrics.clone();
+    // Held requests answer (long-polls) or end (event streams) when shutdown begins: woken
+    // here, they see it (a wait on the signal each would cost every held request its room).
+    let (mut closing, wakeups) = (state.closing.clone(), state.wakeups.clone());
+    tokio::spawn(async move {
+        let _ = closing.wait_for(|c| *c).await;
+        wakeups.wake_feed(None);
+    });
     connections::serve(listener, router(state, more), limits, metrics, stop).await
 }
 

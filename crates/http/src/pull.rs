@@ -11,9 +11,9 @@ use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
 use super::formats::{Doc, Format, jsonp};
+use super::longpoll::Held;
 use super::query::FeedQuery;
 use super::resolve::{SEGMENT, common_headers, feed_base, resolve};
-use super::longpoll::Held;
 use super::{HttpState, St, json_feed, later, sse};
 use axum::Extension;
 use axum::extract::State;
@@ -74,8 +74,7 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
     // Only the validators are read from here on: the rest is not kept while the request is held.
     let asking = Asking { feed, url: r.url, key, max, format, callback: q.callback, validators: validators(headers) };
     let err = |e| ApiError::from_feed(e, &actor);
-    let generation =
-        Box::pin(st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed)).await.map_err(err)?;
+    let generation = Box::pin(st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed)).await.map_err(err)?;
     match st.answers.get(&asking.key, generation) {
         // A kept empty answer of a request that holds: the request waits like any other.
         Some(a) if !(holds && a.empty) => return Ok(asking.respond(&st, &a)),
@@ -87,13 +86,7 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
         }
         _ => {}
     }
-    let req = PullRequest {
-        node: r.node,
-        max: Some(max),
-        after: q.since,
-        before: q.until,
-        ..PullRequest::default()
-    };
+    let req = PullRequest { node: r.node, max: Some(max), after: q.since, before: q.until, ..PullRequest::default() };
     if !holds {
         let page = Box::pin(st.svc.pull(actor.as_str(), req)).await.map_err(err)?;
         return Ok(asking.answer(&st, &(generation, page)));
@@ -203,10 +196,10 @@ fn render<S: Store>(
     }
 }
 
-/// A read of a view for long-polls, shared by every request asking the same of it after
-/// the same wake-up `generation`: the feed's generation read just before the page, and the
-/// page.
-async fn shared_read<S: Store>(
+/// A read of a view for held requests (long-polls, event streams as they start), shared by
+/// every request asking the same of it after the same wake-up `generation` of the view:
+/// the feed's generation read just before the page, and the page.
+pub(crate) async fn shared_read<S: Store>(
     st: &Arc<HttpState<S>>,
     actor: &Actor,
     req: &PullRequest,
@@ -228,7 +221,8 @@ async fn shared_read<S: Store>(
 /// last page read, as shared by every request woken with it (not copied: most find their
 /// answer made already). What it keeps while it waits is all a held long-poll costs (see
 /// [`later`]).
-async fn long_poll<S: Store>(
+#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+fn long_poll<S: Store>(
     st: Arc<HttpState<S>>,
     actor: Actor,
     req: PullRequest,
@@ -236,27 +230,34 @@ async fn long_poll<S: Store>(
     mut read: Arc<(i64, Page)>,
     deadline: Instant,
     asking: Asking,
-) -> Response {
-    let _held = st.metrics.held("longpoll");
-    loop {
-        tokio::select! {
-            generation = held.changed() => {
-                // Bounded as the timeout layer bounds a request: only a stuck read runs into it.
-                let next = shared_read(&st, &actor, &req, &held.view().feed, generation);
-                match tokio::time::timeout_at(deadline + STUCK, Box::pin(next)).await {
-                    Ok(Ok(next)) => read = next,
-                    Ok(Err(e)) => return ApiError::from_feed(e, &actor).into_response(),
-                    Err(_) => return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response(),
-                }
-                if !read.1.items.is_empty() {
-                    break;
-                }
+) -> impl Future<Output = Response> + Send + use<S> {
+    // A block, not an `async fn`: its captures are kept once, where an `async fn` keeps its
+    // arguments twice (they are moved into locals), and this is what a held long-poll costs.
+    async move {
+        let _held = st.metrics.held("longpoll");
+        let mut until = std::pin::pin!(tokio::time::sleep_until(deadline));
+        // A stop wakes every held request (see `serve`); one that registered after sees it here.
+        while !st.is_closing() {
+            let generation = tokio::select! {
+                generation = held.changed() => generation,
+                () = &mut until => break,
+            };
+            if st.is_closing() {
+                break;
             }
-            _ = tokio::time::sleep_until(deadline) => break,
-            _ = st.closed() => break,
+            // Bounded as the timeout layer bounds a request: only a stuck read runs into it.
+            let next = shared_read(&st, &actor, &req, &held.view().feed, generation);
+            match Box::pin(tokio::time::timeout_at(deadline + STUCK, next)).await {
+                Ok(Ok(next)) => read = next,
+                Ok(Err(e)) => return ApiError::from_feed(e, &actor).into_response(),
+                Err(_) => return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response(),
+            }
+            if !read.1.items.is_empty() {
+                break;
+            }
         }
+        asking.answer(&st, &read)
     }
-    asking.answer(&st, &read)
 }
 
 /// `GET BASE/feeds/FEED/items/ID`: one item, JSON or an Atom entry.

@@ -8,6 +8,7 @@ use super::HttpState;
 use super::auth::Actor;
 use super::errors::ApiError;
 use super::longpoll::Held;
+use super::pull::shared_read;
 use super::query::FeedQuery;
 use super::resolve::{Resolved, common_headers};
 use axum::body::Body;
@@ -84,7 +85,8 @@ pub async fn stream<S: Store>(
         }
         None => None,
     };
-    // Registered before the first read, so nothing committed from here on is missed.
+    // Registered before the first read, so nothing committed from here on is missed. Streams
+    // starting on the same view between two of its changes share these reads.
     let held = st.wakeups.hold(asc);
     let pos = match start {
         Some(p) => Some(p),
@@ -92,13 +94,15 @@ pub async fn stream<S: Store>(
             // From now: after the view's current last item.
             let req =
                 PullRequest { node: node.clone(), max: Some(1), before: Some(String::new()), ..Default::default() };
-            let page = st.svc.pull(actor.as_str(), req).await.map_err(|e| ApiError::from_feed(e, &actor))?;
-            page.last.map(|c| format!("cursor:{c}"))
+            let read = shared_read(&st, &actor, &req, &r.view.feed, held.generation());
+            let read = Box::pin(read).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+            read.1.last.as_ref().map(|c| format!("cursor:{c}"))
         }
     };
     // Checks access (and the position) before the stream starts.
     let probe = PullRequest { node: node.clone(), max: Some(0), after: pos.clone(), ..Default::default() };
-    st.svc.pull(actor.as_str(), probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+    let probe = shared_read(&st, &actor, &probe, &r.view.feed, held.generation());
+    Box::pin(probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
     let _metric = st.metrics.held("stream");
     let asker = format!("{}\n{node}", actor.as_str()).into();
     let pos = pos.map(Arc::from);
@@ -125,19 +129,25 @@ pub async fn stream<S: Store>(
 /// behind (a slow reader, a resumed one) reads on its own, from its own position, and
 /// delays nobody. A stream that has every item as of the view's last wake-up does not read
 /// again until the next.
-async fn step<S: Store>(mut s: Streaming<S>) -> Option<(Bytes, Streaming<S>)> {
-    let mut generation = s.held.generation();
-    loop {
-        if s.caught_up != Some(generation)
-            && let Some(events) = read(&mut s, generation).await?
-        {
-            return Some((events, s));
+#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+fn step<S: Store>(mut s: Streaming<S>) -> impl Future<Output = Option<(Bytes, Streaming<S>)>> + Send {
+    // A block, not an `async fn`, which would keep the stream's state twice (see
+    // `pull::long_poll`) for as long as the stream waits.
+    async move {
+        let mut generation = s.held.generation();
+        // A stop wakes every held request (see `serve`); one that registered after sees it here.
+        while !s.st.is_closing() {
+            if s.caught_up != Some(generation)
+                && let Some(events) = read(&mut s, generation).await?
+            {
+                return Some((events, s));
+            }
+            tokio::select! {
+                g = s.held.changed() => generation = g,
+                _ = tokio::time::sleep(KEEPALIVE) => return Some((Bytes::from_static(b":\n\n"), s)),
+            }
         }
-        tokio::select! {
-            g = s.held.changed() => generation = g,
-            _ = tokio::time::sleep(KEEPALIVE) => return Some((Bytes::from_static(b":\n\n"), s)),
-            _ = s.st.closed() => return None,
-        }
+        None
     }
 }
 

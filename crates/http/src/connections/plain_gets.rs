@@ -24,8 +24,10 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
 use bytes::{Buf, Bytes};
 use http_body_util::{BodyExt, Either};
+use std::convert::Infallible;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -63,11 +65,17 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
             // Nothing is kept while the request is held.
             read = Vec::new();
         }
-        let Some(response) = answer(&mut tcp, &mut read, &plain.app, request).await else {
+        // The face is always ready (no layer of it holds requests back): called without asking,
+        // on a clone made for the call.
+        let call = Box::pin(crate::App::clone(&plain.app).call(request));
+        let Some(response) = answer(&mut tcp, &mut read, call).await else {
             return Ended::Closed;
         };
         let close = close || *plain.stopping.borrow();
-        if !write_response(&mut tcp, &mut read, response, close).await {
+        // The head is made here, so that what a stream keeps while it is written is its body.
+        let (head, framing, body) = head_of(response, close);
+        let body = std::pin::pin!(body);
+        if !write_response(&mut tcp, &mut read, head, framing, body).await {
             return Ended::Closed;
         }
         if close {
@@ -77,18 +85,15 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
     }
 }
 
-/// The face's answer to `request`, or `None` when the client goes away first. The face's
-/// future is boxed and dropped once it answers; an answer it gives later (a held long-poll,
-/// [`crate::later`]) is waited for alone, so a held request keeps only its wait.
-async fn answer(
+/// The face's answer, or `None` when the client goes away first. The face's future (`call`)
+/// is boxed and dropped once it answers; an answer it gives later (a held long-poll,
+/// [`crate::later`]) is waited for alone, so a held request keeps only its wait. Small
+/// futures on purpose: a connection's task has room for the largest one all its life.
+async fn answer<B>(
     tcp: &mut TcpStream,
     read: &mut Vec<u8>,
-    app: &crate::App,
-    request: Request<Body>,
-) -> Option<Response<impl HttpBody<Data = Bytes, Error: Send> + Send + use<>>> {
-    // The face is always ready (no layer of it holds requests back): called without asking,
-    // on a clone made for the call.
-    let call = Box::pin(crate::App::clone(app).call(request));
+    call: Pin<Box<impl Future<Output = Result<Response<B>, Infallible>>>>,
+) -> Option<Response<Either<B, Body>>> {
     let response = tokio::select! {
         answer = call => match answer {
             Ok(r) => r,
@@ -98,8 +103,8 @@ async fn answer(
     };
     match crate::later::split(response) {
         Err(response) => Some(response.map(Either::Left)),
-        Ok((head, wait)) => tokio::select! {
-            answer = wait => Some(crate::later::settle(head, answer).map(Either::Right)),
+        Ok((added, wait)) => tokio::select! {
+            answer = wait => Some(crate::later::settle(added, answer).map(Either::Right)),
             () = peer_gone(tcp, read) => None,
         },
     }
@@ -287,18 +292,21 @@ fn http_date() -> [u8; 29] {
     })
 }
 
-/// Writes `response`; false when the connection failed or was closed meanwhile.
+/// `response`'s head, encoded, its framing and its body.
+fn head_of<B: HttpBody>(response: Response<B>, close: bool) -> (Bytes, Framing, B) {
+    let (parts, body) = response.into_parts();
+    let framing = framing(parts.status, &parts.headers, body.size_hint().exact());
+    (Bytes::from(encode_head(parts.status, &parts.headers, framing, close)), framing, body)
+}
+
+/// Writes an answer; false when the connection failed or was closed meanwhile.
 async fn write_response<B: HttpBody<Data = Bytes>>(
     tcp: &mut TcpStream,
     read: &mut Vec<u8>,
-    response: Response<B>,
-    close: bool,
+    mut head: Bytes,
+    framing: Framing,
+    mut body: Pin<&mut B>,
 ) -> bool {
-    let (parts, body) = response.into_parts();
-    let mut body = std::pin::pin!(body);
-    let framing = framing(parts.status, &parts.headers, body.size_hint().exact());
-    let mut head = Bytes::from(encode_head(parts.status, &parts.headers, framing, close));
-    drop(parts);
     if framing == Framing::None {
         return tcp.write_all_buf(&mut head).await.is_ok();
     }
