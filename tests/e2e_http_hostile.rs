@@ -516,3 +516,29 @@ async fn a_client_that_goes_away_ends_its_held_request() {
         assert_eq!(held(kind), before, "the {kind} ended when its client went away");
     }
 }
+
+/// A long-poll on a connection that hyper serves (HTTP/1.0 is not a plain GET) is held and
+/// answered by a publish as on the face's own path, with the whole page and a pull's headers.
+#[tokio::test]
+async fn a_long_poll_held_on_a_connection_hyper_serves_is_answered() {
+    let h = hostile();
+    let client = reqwest::Client::new();
+    let res = put_entry(&client, &h.fx.base, "held", "h0", BOT, &small_entry("h0")).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let held = || metric(&scrape_metrics(h.metrics), "smartfeeds_http_held{kind=\"longpoll\"}").unwrap_or(0.0);
+    let before = held();
+    let mut s = TcpStream::connect(addr(&h.fx)).await.unwrap();
+    s.write_all(b"GET /feeds/held/?order=created&since=id:h0&timeout=30 HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while held() < before + 1.0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(held(), before + 1.0, "the long-poll is held");
+    let res = put_entry(&client, &h.fx.base, "held", "h1", BOT, &small_entry("h1")).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let answer = tokio::time::timeout(Duration::from_secs(10), read_answer(&mut s)).await;
+    let answer = answer.expect("answered once published").expect("an answer");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(answer.head.contains("link: ") && answer.head.contains("etag: "), "{answer:?}");
+    assert!(answer.body.contains("\"id\":\"h1\"") && !answer.body.contains("\"id\":\"h0\""), "{answer:?}");
+}
