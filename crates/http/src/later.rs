@@ -45,7 +45,7 @@ impl Later {
 }
 
 /// The headers the layers put on a stand-in, but its `Content-Length` (of its empty
-/// body, not the answer's): kept as a list of exactly their length while the wait goes on.
+/// body, not the answer's): a short list, kept while the wait goes on.
 pub struct Added(Vec<(HeaderName, HeaderValue)>);
 
 /// What the layers added to a stand-in, and its wait; any other response as it is.
