@@ -202,13 +202,16 @@ async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Respo
     }
     .await
     .unwrap_or_else(IntoResponse::into_response);
+    let count = move |metrics: &Metrics, res: &Response| {
+        metrics.http_request(route, res.status().as_u16(), started.elapsed());
+    };
     match res.extensions().get::<later::Later>() {
         // A held request counts when it is answered.
         Some(later) => {
             let metrics = st.metrics.clone();
-            later.then(move |res| metrics.http_request(route, res.status().as_u16(), started.elapsed()));
+            later.then(move |res| count(&metrics, res));
         }
-        None => st.metrics.http_request(route, res.status().as_u16(), started.elapsed()),
+        None => count(&st.metrics, &res),
     }
     res
 }

@@ -82,7 +82,7 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
             // The client's copy is current, and this request is never held: no read at all.
             let mut res = axum::http::StatusCode::NOT_MODIFIED.into_response();
             res.headers_mut().insert(header::ETAG, answer_cache::etag(&asking.key, generation));
-            return Ok(finish(&st, &asking.feed, &asking.url, asking.callback.is_some(), res));
+            return Ok(asking.finish(&st, res));
         }
         _ => {}
     }
@@ -137,7 +137,17 @@ impl Asking {
 
     /// `answer` as sent to this request: 304 when the client has it, with a pull's headers.
     fn respond<S: Store>(&self, st: &HttpState<S>, answer: &answer_cache::Answer) -> Response {
-        finish(st, &self.feed, &self.url, self.callback.is_some(), answer.respond(&self.validators))
+        self.finish(st, answer.respond(&self.validators))
+    }
+
+    /// `res` with a pull's headers besides its ETag.
+    fn finish<S: Store>(&self, st: &HttpState<S>, mut res: Response) -> Response {
+        common_headers(st, &self.feed, &self.url, &format!("max-age={}", st.settings.cache_max_age), &mut res);
+        res.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept, Authorization"));
+        if self.callback.is_some() {
+            res.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+        }
+        res
     }
 }
 
@@ -148,16 +158,6 @@ fn validators(all: HeaderMap) -> HeaderMap {
         kept.append(header::IF_NONE_MATCH, v.clone());
     }
     kept
-}
-
-/// A pull answer's headers besides its ETag.
-fn finish<S: Store>(st: &HttpState<S>, feed: &str, url: &str, jsonp: bool, mut res: Response) -> Response {
-    common_headers(st, feed, url, &format!("max-age={}", st.settings.cache_max_age), &mut res);
-    res.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept, Authorization"));
-    if jsonp {
-        res.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-    }
-    res
 }
 
 /// A page in the asked format: its content type and body.
