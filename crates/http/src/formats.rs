@@ -6,6 +6,7 @@
 
 use crate::answers::{AuthorJson, ItemJson, PageJson};
 use crate::rendered::Rendered;
+use feed::atom::dates;
 use feed::position::rfc3339;
 use feed::{Cursor, Item, Payload};
 use minidom::Element;
@@ -77,14 +78,15 @@ pub fn item_json(item: &Item, cursor: &str) -> ItemJson {
     let mut j = ItemJson {
         id: item.id.clone(),
         cursor: cursor.to_string(),
-        published: rfc3339(item.created.t),
-        updated: rfc3339(item.modified.t),
+        published: String::new(),
+        updated: String::new(),
         title: None,
         content: None,
         author: None,
         atom: String::new(),
         deleted: None,
     };
+    let mut entry = None;
     match &item.payload {
         Payload::Entry(xml) => {
             if let Ok(e) = xml.parse::<Element>() {
@@ -95,6 +97,7 @@ pub fn item_json(item: &Item, cursor: &str) -> ItemJson {
                     .get_child("author", ATOM)
                     .and_then(|a| a.get_child("name", ATOM))
                     .map(|n| AuthorJson { display_name: n.text() });
+                entry = Some(e);
             }
             j.atom = xml.clone();
         }
@@ -103,6 +106,8 @@ pub fn item_json(item: &Item, cursor: &str) -> ItemJson {
             j.atom = tombstone_xml(atom_ref, *when);
         }
     }
+    let dates = dates(entry.as_ref(), item.created.t, item.modified.t);
+    (j.published, j.updated) = (rfc3339(dates.published), rfc3339(dates.updated));
     j
 }
 
@@ -205,11 +210,18 @@ pub fn xhtml_markup(c: &Element) -> String {
 }
 
 /// An item as a child of an Atom feed: the stored entry with `<fo:id>` and `<fo:cursor>`
-/// added, or an `<at:deleted-entry>` with the same.
+/// added, or an `<at:deleted-entry>` with the same. An entry without the `<updated>` Atom
+/// requires gets the one [`feed::atom::dates`] gives it.
 pub fn entry_atom(item: &Item, cursor: &str) -> String {
-    let fo = format!("<fo:id>{}</fo:id><fo:cursor>{cursor}</fo:cursor>", esc(&item.id));
+    let mut fo = format!("<fo:id>{}</fo:id><fo:cursor>{cursor}</fo:cursor>", esc(&item.id));
     match &item.payload {
         Payload::Entry(xml) => {
+            if let Ok(e) = xml.parse::<Element>()
+                && e.get_child("updated", ATOM).is_none()
+            {
+                let updated = dates(Some(&e), item.created.t, item.modified.t).updated;
+                fo.insert_str(0, &format!("<updated>{}</updated>", rfc3339(updated)));
+            }
             let xml = xml.trim_end();
             if let Some(at) = xml.rfind("</") {
                 format!("{}{fo}{}", &xml[..at], &xml[at..])
@@ -256,7 +268,7 @@ mod tests {
             r#"<entry xmlns="{ATOM}"><title>T</title><content>C</content><author><name>ann</name></author></entry>"#
         )));
         let a = entry_atom(&e, c);
-        assert!(a.ends_with("<fo:id>a&amp;b</fo:id><fo:cursor>1_0_7</fo:cursor></entry>"), "{a}");
+        assert!(a.ends_with("</updated><fo:id>a&amp;b</fo:id><fo:cursor>1_0_7</fo:cursor></entry>"), "{a}");
         let j = item_json(&e, c);
         let j = serde_json::to_value(j).unwrap();
         assert_eq!(j["title"], "T");
@@ -268,7 +280,26 @@ mod tests {
         assert!(entry_atom(&t, c).starts_with("<at:deleted-entry ref=\"urn:x\""));
         assert_eq!(item_json(&t, c).deleted, Some(true));
         let empty = item(Payload::Entry(format!(r#"<entry xmlns="{ATOM}"/>"#)));
-        assert!(entry_atom(&empty, c).ends_with("</fo:cursor></entry>"));
+        let a = entry_atom(&empty, c);
+        assert!(a.ends_with("</fo:cursor></entry>"), "{a}");
+        assert!(a.contains(&format!("><updated>{}</updated><fo:id>", rfc3339(empty.modified.t))), "{a}");
+    }
+
+    #[test]
+    fn every_form_shows_the_entry_s_own_dates() {
+        let e = item(Payload::Entry(format!(
+            r#"<entry xmlns="{ATOM}"><published>2001-02-03T04:05:06Z</published><updated>2002-01-01T00:00:00Z</updated></entry>"#
+        )));
+        let j = item_json(&e, "1_0_7");
+        assert_eq!(
+            (j.published.as_str(), j.updated.as_str()),
+            ("2001-02-03T04:05:06.000Z", "2002-01-01T00:00:00.000Z")
+        );
+        let f = crate::json_feed::item(&e, "1_0_7");
+        assert_eq!((f.date_published, f.date_modified), (j.published, j.updated));
+        // Without dates of its own, an item shows its times in the feed.
+        let bare = item(Payload::Entry(format!(r#"<entry xmlns="{ATOM}"/>"#)));
+        assert_eq!(item_json(&bare, "1_0_7").published, rfc3339(bare.created.t));
     }
 
     #[test]

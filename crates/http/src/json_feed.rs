@@ -56,20 +56,24 @@ pub fn item(item: &Item, cursor: &str) -> JsonFeedItem {
         content_html: None,
         content_text: None,
         summary: None,
-        date_published: rfc3339(item.created.t),
-        date_modified: rfc3339(item.modified.t),
+        date_published: String::new(),
+        date_modified: String::new(),
         authors: Vec::new(),
         tags: item.categories.clone(),
         smartfeeds: JsonFeedItemExtension { id: item.id.clone(), cursor: cursor.to_string(), deleted: None },
     };
+    let mut entry = None;
     match &item.payload {
         Payload::Entry(xml) => {
             if let Ok(e) = xml.parse::<Element>() {
                 entry_fields(&e, &mut j);
+                entry = Some(e);
             }
         }
         Payload::Tombstone { .. } => j.smartfeeds.deleted = Some(true),
     }
+    let dates = feed::atom::dates(entry.as_ref(), item.created.t, item.modified.t);
+    (j.date_published, j.date_modified) = (rfc3339(dates.published), rfc3339(dates.updated));
     // JSON Feed: every item has content of one kind or the other.
     if j.content_html.is_none() && j.content_text.is_none() {
         j.content_text = Some(String::new());

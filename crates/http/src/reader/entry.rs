@@ -24,6 +24,8 @@ pub struct Shown {
     /// The content (else the summary) as a `<div class="content …">`; none when empty.
     pub body_html: Option<String>,
     pub retracted: bool,
+    /// The item's dates ([`feed::atom::dates`]).
+    pub dates: feed::atom::Dates,
 }
 
 /// What HTML content may keep: ammonia's defaults (no script, style, iframe, form or event
@@ -52,10 +54,12 @@ pub fn text_of_html(html: &str) -> String {
 
 pub fn shown(item: &Item) -> Shown {
     let Payload::Entry(xml) = &item.payload else {
-        return Shown { title_html: esc(&item.id).into_owned(), retracted: true, ..Shown::default() };
+        let dates = feed::atom::dates(None, item.created.t, item.modified.t);
+        return Shown { title_html: esc(&item.id).into_owned(), retracted: true, dates, ..Shown::default() };
     };
-    let mut s = Shown::default();
+    let mut s = Shown { dates: feed::atom::dates(None, item.created.t, item.modified.t), ..Shown::default() };
     if let Ok(e) = xml.parse::<Element>() {
+        s.dates = feed::atom::dates(Some(&e), item.created.t, item.modified.t);
         let child = |name: &str| e.get_child(name, ATOM);
         s.title_html = child("title").map(inline).unwrap_or_default();
         s.link = e
