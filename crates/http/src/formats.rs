@@ -73,41 +73,50 @@ pub fn tombstone_xml(atom_ref: &str, when: i64) -> String {
     format!(r#"<deleted-entry xmlns="{TOMBSTONES}" ref="{}" when="{}"/>"#, esc(atom_ref), rfc3339(when))
 }
 
+/// The stored entry of `item` parsed (none for a tombstone, or an entry that does not parse):
+/// what every form of an item is read from, parsed once per version ([`crate::rendered`]).
+pub fn parsed(item: &Item) -> Option<Element> {
+    match &item.payload {
+        Payload::Entry(xml) => xml.parse().ok(),
+        Payload::Tombstone { .. } => None,
+    }
+}
+
 /// One item as JSON, with `cursor` (a bare `T_O_C`) as its cursor.
 pub fn item_json(item: &Item, cursor: &str) -> ItemJson {
+    item_json_of(item, parsed(item).as_ref(), cursor)
+}
+
+/// [`item_json`] with the entry already [`parsed`].
+pub fn item_json_of(item: &Item, entry: Option<&Element>, cursor: &str) -> ItemJson {
+    let dates = dates(entry, item.created.t, item.modified.t);
     let mut j = ItemJson {
         id: item.id.clone(),
         cursor: cursor.to_string(),
-        published: String::new(),
-        updated: String::new(),
+        published: rfc3339(dates.published),
+        updated: rfc3339(dates.updated),
         title: None,
         content: None,
         author: None,
         atom: String::new(),
         deleted: None,
     };
-    let mut entry = None;
+    if let Some(e) = entry {
+        let text = |name: &str| e.get_child(name, ATOM).map(|c| c.text());
+        j.title = text("title");
+        j.content = text("content");
+        j.author = e
+            .get_child("author", ATOM)
+            .and_then(|a| a.get_child("name", ATOM))
+            .map(|n| AuthorJson { display_name: n.text() });
+    }
     match &item.payload {
-        Payload::Entry(xml) => {
-            if let Ok(e) = xml.parse::<Element>() {
-                let text = |name: &str| e.get_child(name, ATOM).map(|c| c.text());
-                j.title = text("title");
-                j.content = text("content");
-                j.author = e
-                    .get_child("author", ATOM)
-                    .and_then(|a| a.get_child("name", ATOM))
-                    .map(|n| AuthorJson { display_name: n.text() });
-                entry = Some(e);
-            }
-            j.atom = xml.clone();
-        }
+        Payload::Entry(xml) => j.atom = xml.clone(),
         Payload::Tombstone { atom_ref, when } => {
             j.deleted = Some(true);
             j.atom = tombstone_xml(atom_ref, *when);
         }
     }
-    let dates = dates(entry.as_ref(), item.created.t, item.modified.t);
-    (j.published, j.updated) = (rfc3339(dates.published), rfc3339(dates.updated));
     j
 }
 
@@ -213,13 +222,18 @@ pub fn xhtml_markup(c: &Element) -> String {
 /// added, or an `<at:deleted-entry>` with the same. An entry without the `<updated>` Atom
 /// requires gets the one [`feed::atom::dates`] gives it.
 pub fn entry_atom(item: &Item, cursor: &str) -> String {
+    entry_atom_of(item, parsed(item).as_ref(), cursor)
+}
+
+/// [`entry_atom`] with the entry already [`parsed`].
+pub fn entry_atom_of(item: &Item, entry: Option<&Element>, cursor: &str) -> String {
     let mut fo = format!("<fo:id>{}</fo:id><fo:cursor>{cursor}</fo:cursor>", esc(&item.id));
     match &item.payload {
         Payload::Entry(xml) => {
-            if let Ok(e) = xml.parse::<Element>()
+            if let Some(e) = entry
                 && e.get_child("updated", ATOM).is_none()
             {
-                let updated = dates(Some(&e), item.created.t, item.modified.t).updated;
+                let updated = dates(Some(e), item.created.t, item.modified.t).updated;
                 fo.insert_str(0, &format!("<updated>{}</updated>", rfc3339(updated)));
             }
             let xml = xml.trim_end();

@@ -11,7 +11,7 @@
 use super::formats::{ATOM, Doc, with_items};
 use crate::answers::{JsonFeed, JsonFeedAuthor, JsonFeedExtension, JsonFeedHub, JsonFeedItem, JsonFeedItemExtension};
 use feed::position::rfc3339;
-use feed::{Cursor, Item, Payload};
+use feed::{Cursor, Item};
 use minidom::Element;
 
 pub const CONTENT_TYPE: &str = "application/feed+json; charset=utf-8";
@@ -49,6 +49,12 @@ pub fn document(doc: &Doc<'_>, home: &str, links: &[(&str, &str)], archive: bool
 /// One item: the Atom entry's fields under JSON Feed's names. An item's `id` is its Atom
 /// id when it has one (what a reader de-duplicates by), else the item id.
 pub fn item(item: &Item, cursor: &str) -> JsonFeedItem {
+    item_of(item, crate::formats::parsed(item).as_ref(), cursor)
+}
+
+/// [`item`] with the entry already [`parsed`](crate::formats::parsed).
+pub fn item_of(item: &Item, entry: Option<&Element>, cursor: &str) -> JsonFeedItem {
+    let dates = feed::atom::dates(entry, item.created.t, item.modified.t);
     let mut j = JsonFeedItem {
         id: item.atom_id.clone().unwrap_or_else(|| item.id.clone()),
         url: None,
@@ -56,24 +62,18 @@ pub fn item(item: &Item, cursor: &str) -> JsonFeedItem {
         content_html: None,
         content_text: None,
         summary: None,
-        date_published: String::new(),
-        date_modified: String::new(),
+        date_published: rfc3339(dates.published),
+        date_modified: rfc3339(dates.updated),
         authors: Vec::new(),
         tags: item.categories.clone(),
         smartfeeds: JsonFeedItemExtension { id: item.id.clone(), cursor: cursor.to_string(), deleted: None },
     };
-    let mut entry = None;
-    match &item.payload {
-        Payload::Entry(xml) => {
-            if let Ok(e) = xml.parse::<Element>() {
-                entry_fields(&e, &mut j);
-                entry = Some(e);
-            }
-        }
-        Payload::Tombstone { .. } => j.smartfeeds.deleted = Some(true),
+    if let Some(e) = entry {
+        entry_fields(e, &mut j);
     }
-    let dates = feed::atom::dates(entry.as_ref(), item.created.t, item.modified.t);
-    (j.date_published, j.date_modified) = (rfc3339(dates.published), rfc3339(dates.updated));
+    if item.is_deleted() {
+        j.smartfeeds.deleted = Some(true);
+    }
     // JSON Feed: every item has content of one kind or the other.
     if j.content_html.is_none() && j.content_text.is_none() {
         j.content_text = Some(String::new());
@@ -124,6 +124,7 @@ fn content(c: &Element) -> Content {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use feed::Payload;
 
     fn entry(xml: &str) -> Item {
         let item = crate::test_item("k1", Payload::Entry(xml.into()));

@@ -12,7 +12,9 @@
 //! The only part of a form that depends on the view is the item's cursor in it, so each
 //! form is kept as a [`Template`]: its text with the place where the cursor goes.
 
-use crate::formats::{entry_atom, item_json, to_json};
+#[cfg(test)]
+use crate::formats::{entry_atom, item_json};
+use crate::formats::{entry_atom_of, item_json_of, parsed, to_json};
 use feed::Item;
 use feed::ready::{ByVersion, Weighed};
 use std::sync::Arc;
@@ -80,13 +82,15 @@ impl Rendered {
     /// Makes every form of `item` (this is where stored entries are parsed, once).
     pub fn of(item: &Item) -> Rendered {
         // Each form is made with an empty cursor; the cursor's place is right after the
-        // last `"cursor":"` (JSON) or `<fo:cursor>` (Atom) of the text.
+        // last `"cursor":"` (JSON) or `<fo:cursor>` (Atom) of the text. The entry is parsed
+        // once for all of them.
+        let entry = parsed(item);
         Rendered {
             modified: item.modified.t,
             deleted: item.is_deleted(),
-            json: Template::cut(to_json(&item_json(item, "")), r#""cursor":""#),
-            atom: Template::cut(entry_atom(item, ""), "<fo:cursor>"),
-            json_feed: Template::cut(to_json(&crate::json_feed::item(item, "")), r#""cursor":""#),
+            json: Template::cut(to_json(&item_json_of(item, entry.as_ref(), "")), r#""cursor":""#),
+            atom: Template::cut(entry_atom_of(item, entry.as_ref(), ""), "<fo:cursor>"),
+            json_feed: Template::cut(to_json(&crate::json_feed::item_of(item, entry.as_ref(), "")), r#""cursor":""#),
         }
     }
 
