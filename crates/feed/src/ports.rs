@@ -206,7 +206,7 @@ pub trait Store: Clone + Send + Sync + 'static {
 }
 
 /// Which feeds this instance pushes, when several instances share one store (see
-/// `store::postgres::relay`): feeds are spread over `of` shards by id, and an instance
+/// `store_postgres::push_shards`): feeds are spread over `of` shards by id, and an instance
 /// pushes (XMPP and WebSub) the feeds of the shards it holds. `None` where one instance
 /// pushes everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
