@@ -444,3 +444,24 @@ fn a_logged_change_leaves_the_log_only_once_written_and_comes_again_first_when_i
         assert_eq!(relayed(&mut rx, 1).await, ["i3"], "the written ones are not handed over again");
     });
 }
+
+/// What one publish costs in round trips to the server, its transaction included: BEGIN
+/// with the savepoint; the feed's row locked; the item looked up; the views subscribed over
+/// XMPP and WebSub; the item's writes (row, counters, modified counts) sent in one pipeline
+/// with the end of its savepoint; COMMIT. Each write was a round trip of its own before (11
+/// in all); a change with subscribers adds its views' reads, its push log row rides along.
+#[test]
+fn a_publish_costs_seven_round_trips() {
+    runtime().block_on(async {
+        let store = PostgresStore::connect(&fresh().await, None).await.unwrap();
+        // The feed created, and the statements prepared on the connection.
+        for (i, id) in ["first", "warm"].into_iter().enumerate() {
+            publish(&store, id.into(), i as i64 + 1).await.unwrap();
+        }
+        let before = store.round_trips();
+        publish(&store, "measured".into(), 10).await.unwrap();
+        assert_eq!(store.round_trips() - before, 7);
+        let items = store.read(|tx| Ok(tx.feed("f")?.map(|f| f.items))).await.unwrap();
+        assert_eq!(items, Some(3), "every publish stored");
+    })
+}

@@ -8,7 +8,7 @@
 //! supplies it (see [`crate::driver`]).
 
 use crate::dialect::{Arg, Statement};
-use crate::driver::{Columns, Driver};
+use crate::driver::{Columns, Driver, Expect};
 use crate::modified_counts;
 use crate::reads::{
     FEED_COLUMNS, HUB_SUBSCRIPTION_COLUMNS, ITEM_COLUMNS, OUTBOX_COLUMNS, by_cseq_query, count_query, first_seq_query,
@@ -93,6 +93,12 @@ impl<D: Driver> SqlTx<D> {
     /// changed.
     fn execute(&self, sql: &str, args: &[Arg<'_>]) -> StoreResult<u64> {
         self.driver.execute(&Statement::written(D::DIALECT, sql, args))
+    }
+
+    /// Runs a write written with `?N` parameters whose count is only checked, perhaps with
+    /// the next statement (see [`Statements::write`]).
+    fn write(&self, sql: &str, args: &[Arg<'_>], expect: Expect) -> StoreResult<()> {
+        self.driver.write(&Statement::written(D::DIALECT, sql, args), expect)
     }
 
     /// The store's own count of the feed's items (see `feeds.n_items` in the schemas).
@@ -271,17 +277,14 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     fn save_feed(&mut self, feed: &FeedRow) -> StoreResult<()> {
         let items = i64::try_from(feed.items).map_err(|_| StoreError::Backend("feed item count overflows".into()))?;
         let args = [Arg::Int(feed.id), Arg::Int(items), Arg::Int(feed.last_t), Arg::Int(feed.last_mseq)];
-        match self.execute("UPDATE feeds SET items = ?2, last_t = ?3, last_mseq = ?4 WHERE id = ?1", &args)? {
-            1 => Ok(()),
-            _ => Err(StoreError::Backend(format!("no feed with id {}", feed.id))),
-        }
+        let sql = "UPDATE feeds SET items = ?2, last_t = ?3, last_mseq = ?4 WHERE id = ?1";
+        self.write(sql, &args, Expect::One(format!("no feed with id {}", feed.id)))
     }
 
     fn insert_item(&mut self, feed: i64, item: &Item) -> StoreResult<()> {
         self.driver.insert_item_row(feed, item)?;
-        if self.execute("UPDATE feeds SET n_items = n_items + 1 WHERE id = ?1", &[Arg::Int(feed)])? != 1 {
-            return Err(StoreError::Backend(format!("no feed with id {feed}")));
-        }
+        let sql = "UPDATE feeds SET n_items = n_items + 1 WHERE id = ?1";
+        self.write(sql, &[Arg::Int(feed)], Expect::One(format!("no feed with id {feed}")))?;
         self.driver.index_categories(feed, item, &distinct_terms(&item.categories))?;
         self.driver.move_modified(feed, Some(item.modified.seq), None)
     }
@@ -304,7 +307,8 @@ impl<D: Driver> WriteTx for SqlTx<D> {
             return Err(StoreError::Backend(format!("update of {:?} must keep its created key", old.id)));
         }
         self.driver.update_item_row(feed, cseq, new)?;
-        self.execute("DELETE FROM item_categories WHERE feed = ?1 AND cseq = ?2", &[Arg::Int(feed), Arg::Int(cseq)])?;
+        let sql = "DELETE FROM item_categories WHERE feed = ?1 AND cseq = ?2";
+        self.write(sql, &[Arg::Int(feed), Arg::Int(cseq)], Expect::Any)?;
         self.driver.index_categories(feed, new, &distinct_terms(&new.categories))?;
         self.driver.move_modified(feed, Some(new.modified.seq), Some(old_mseq))
     }
