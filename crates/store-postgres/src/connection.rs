@@ -15,10 +15,11 @@
 use crate::payload;
 use deadpool_postgres::Object;
 use feed::outbox::OutboxEntry;
-use feed::ports::{StoreError, StoreResult};
+use feed::ports::{FeedRow, StoreError, StoreResult};
 use feed::{Cursor, Item, Key};
 use futures::future::join_all;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,11 +90,38 @@ pub(crate) struct PgConn<'c> {
     failed: RefCell<Option<StoreError>>,
     /// Writes not sent yet, in order.
     pending: RefCell<Vec<Pending>>,
+    /// The feeds' rows the writer's batch holds locked, by name (none in a read snapshot).
+    locked: Option<&'c LockedFeeds>,
 }
 
+/// The rows of the feeds a write transaction has locked, as it has them.
+pub(crate) type LockedFeeds = RefCell<HashMap<String, FeedRow>>;
+
 impl<'c> PgConn<'c> {
+    /// A connection in a read snapshot.
     pub(crate) fn new(client: &'c Object, blocking: &'c Blocking) -> PgConn<'c> {
-        PgConn { client, blocking, failed: RefCell::new(None), pending: RefCell::new(Vec::new()) }
+        PgConn::with(client, blocking, None)
+    }
+
+    /// A connection in the writer's batch transaction, which keeps the rows it locks in `locked`.
+    pub(crate) fn writing(client: &'c Object, blocking: &'c Blocking, locked: &'c LockedFeeds) -> PgConn<'c> {
+        PgConn::with(client, blocking, Some(locked))
+    }
+
+    fn with(client: &'c Object, blocking: &'c Blocking, locked: Option<&'c LockedFeeds>) -> PgConn<'c> {
+        PgConn { client, blocking, failed: RefCell::new(None), pending: RefCell::new(Vec::new()), locked }
+    }
+
+    /// The row of a feed the batch holds locked.
+    pub(crate) fn locked(&self, name: &str) -> Option<FeedRow> {
+        self.locked?.borrow().get(name).cloned()
+    }
+
+    /// Keeps a feed's row as the batch holds it locked.
+    pub(crate) fn lock_kept(&self, row: &FeedRow) {
+        if let Some(locked) = self.locked {
+            locked.borrow_mut().insert(row.name.clone(), row.clone());
+        }
     }
 
     /// Keeps a write to send with the next statement.

@@ -8,7 +8,7 @@
 
 use crate::connection::{Owned, PgConn, owned};
 use crate::payload;
-use feed::ports::{StoreError, StoreResult};
+use feed::ports::{FeedRow, StoreError, StoreResult};
 use feed::{Change, Item};
 use store_sql::dialect::{Arg, Statement};
 use store_sql::driver::{Expect, FeedStatements, Statements};
@@ -92,6 +92,15 @@ impl FeedStatements for PgConn<'_> {
         if !change.views.is_empty() {
             self.log_push(change);
         }
+    }
+
+    /// The writer's batch keeps the lock until its COMMIT: the row it has is the row.
+    fn locked_feed(&self, name: &str) -> Option<FeedRow> {
+        self.locked(name)
+    }
+
+    fn feed_locked(&self, row: &FeedRow) {
+        self.lock_kept(row);
     }
 }
 

@@ -7,7 +7,7 @@
 //! feed take turns across processes, each batch holding the lock until its COMMIT.
 
 use crate::commit_notices;
-use crate::connection::{Blocking, Param, PgConn};
+use crate::connection::{Blocking, LockedFeeds, Param, PgConn};
 use crate::error::retryable;
 use deadpool_postgres::{Object, Pool};
 use feed::Change;
@@ -83,7 +83,13 @@ impl Writer {
     /// Serves jobs until the queue is closed and empty, a batch at a time.
     fn run(mut self, mut jobs: Receiver<Box<dyn WriteJob>>) {
         while let Some(batch) = next_batch(&mut jobs) {
-            let mut tx = Batch { pool: &self.pool, blocking: &self.blocking, instance: self.instance, conn: None };
+            let mut tx = Batch {
+                pool: &self.pool,
+                blocking: &self.blocking,
+                instance: self.instance,
+                conn: None,
+                locked: LockedFeeds::default(),
+            };
             self.commits.run(&mut tx, batch, |_| {});
         }
     }
@@ -95,6 +101,9 @@ struct Batch<'w> {
     blocking: &'w Blocking,
     instance: u64,
     conn: Option<Object>,
+    /// The rows of the feeds the batch has locked, as its closures left them: a closure that
+    /// publishes to a feed an earlier one locked reads its row from here, not the server.
+    locked: LockedFeeds,
 }
 
 impl Batch<'_> {
@@ -114,7 +123,9 @@ impl BatchTransaction for Batch<'_> {
     /// a failure, the pending writes never sent.
     fn run(&mut self, job: &mut dyn WriteJob) -> Result<Option<Vec<Change>>, StoreError> {
         let (conn, blocking) = (self.conn()?, self.blocking);
-        let mut tx = SqlTx::new(PgConn::new(conn, blocking));
+        // What the closure finds locked; given back if it fails, as its savepoint is.
+        let before = self.locked.borrow().clone();
+        let mut tx = SqlTx::new(PgConn::writing(conn, blocking, &self.locked));
         let mut ok = job.run(&mut tx);
         // A statement that failed aborted the savepoint, whatever the closure made of it.
         if let Some(e) = tx.driver().take_failure() {
@@ -140,6 +151,7 @@ impl BatchTransaction for Batch<'_> {
         }
         tx.driver().discard_pending();
         drop(tx);
+        *self.locked.borrow_mut() = before;
         blocking.block_on(conn.batch_execute("ROLLBACK TO SAVEPOINT job")).map_err(crate::error::store_error)?;
         Ok(None)
     }

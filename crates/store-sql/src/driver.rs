@@ -10,7 +10,7 @@
 
 use crate::dialect::{Dialect, Statement};
 use feed::outbox::{HubSubscription, OutboxEntry};
-use feed::ports::{StoreError, StoreResult};
+use feed::ports::{FeedRow, StoreError, StoreResult};
 use feed::{Change, Item};
 
 /// One row of a result, read by column index. A failure is the driver's, as its store maps
@@ -88,6 +88,16 @@ pub trait FeedStatements: Statements {
     /// Told of each change a closure emits, in its transaction, before it is queued for the
     /// change sink.
     fn emitted(&self, _change: &Change) {}
+    /// A feed's row as this transaction has it locked (read under [`LOCK_FEED`], created or
+    /// saved since), if the store keeps it: no other transaction can change it before this
+    /// one ends, so a writer whose batch holds the lock may answer from memory. `None`: read.
+    ///
+    /// [`LOCK_FEED`]: FeedStatements::LOCK_FEED
+    fn locked_feed(&self, _name: &str) -> Option<FeedRow> {
+        None
+    }
+    /// Told of a feed's row as this transaction now has it locked.
+    fn feed_locked(&self, _row: &FeedRow) {}
 }
 
 /// WebSub subscriptions and the outbox where the two databases differ.

@@ -222,6 +222,18 @@ impl<D: Driver> ReadTx for SqlTx<D> {
         })
     }
 
+    fn followed_views(&self, feed: i64) -> StoreResult<(Vec<String>, Vec<String>)> {
+        let rows = self.rows(
+            "SELECT view, CAST(0 AS BIGINT) FROM subscriptions WHERE feed = ?1
+             UNION SELECT view, CAST(1 AS BIGINT) FROM hub_subscriptions WHERE feed = ?1
+             ORDER BY 2, 1",
+            &[Arg::Int(feed)],
+            |r| Ok((r.text(0)?, r.int(1)? == 1)),
+        )?;
+        let (hub, xmpp): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, hub)| *hub);
+        Ok((xmpp.into_iter().map(|(v, _)| v).collect(), hub.into_iter().map(|(v, _)| v).collect()))
+    }
+
     fn hub_subscriptions(&self, after: i64, limit: usize) -> StoreResult<Vec<HubSubscription>> {
         let sql =
             format!("SELECT {HUB_SUBSCRIPTION_COLUMNS} FROM hub_subscriptions WHERE id > ?1 ORDER BY id LIMIT ?2");
@@ -266,19 +278,30 @@ impl<D: Driver> ReadTx for SqlTx<D> {
 
 impl<D: Driver> WriteTx for SqlTx<D> {
     fn feed_for_update(&mut self, name: &str) -> StoreResult<Option<FeedRow>> {
-        self.feed_row(name, D::LOCK_FEED)
+        if let Some(row) = self.driver.locked_feed(name) {
+            return Ok(Some(row));
+        }
+        let row = self.feed_row(name, D::LOCK_FEED)?;
+        if let Some(row) = &row {
+            self.driver.feed_locked(row);
+        }
+        Ok(row)
     }
 
     fn create_feed(&mut self, name: &str) -> StoreResult<FeedRow> {
         let id = self.driver.insert_feed(name)?;
-        Ok(FeedRow { id, name: name.to_string(), items: 0, last_t: 0, last_mseq: 0 })
+        let row = FeedRow { id, name: name.to_string(), items: 0, last_t: 0, last_mseq: 0 };
+        self.driver.feed_locked(&row);
+        Ok(row)
     }
 
     fn save_feed(&mut self, feed: &FeedRow) -> StoreResult<()> {
         let items = i64::try_from(feed.items).map_err(|_| StoreError::Backend("feed item count overflows".into()))?;
         let args = [Arg::Int(feed.id), Arg::Int(items), Arg::Int(feed.last_t), Arg::Int(feed.last_mseq)];
         let sql = "UPDATE feeds SET items = ?2, last_t = ?3, last_mseq = ?4 WHERE id = ?1";
-        self.write(sql, &args, Expect::One(format!("no feed with id {}", feed.id)))
+        self.write(sql, &args, Expect::One(format!("no feed with id {}", feed.id)))?;
+        self.driver.feed_locked(feed);
+        Ok(())
     }
 
     fn insert_item(&mut self, feed: i64, item: &Item) -> StoreResult<()> {
