@@ -163,7 +163,7 @@ async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, target: &Target, batch: &do
     let policy = hub.svc.policy().feed(&w.feed);
     let title = policy.title.as_deref().unwrap_or(&w.feed);
     let body = batch.document(&sub.topic, &hub.url, title);
-    let signature = sub.secret.as_deref().map(|s| document::signature(s, &body));
+    let signature = sub.secret.as_deref().map(|s| document::signature(hub.config.signature, s, &body));
     let (initial, max) =
         (Duration::from_secs_f64(hub.config.retry_initial), Duration::from_secs_f64(hub.config.retry_max));
     let mut backoff = initial;
