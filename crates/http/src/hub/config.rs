@@ -33,9 +33,9 @@ pub struct HubConfig {
     /// Changes that may travel together in one document.
     pub max_batch: usize,
     /// The hash of `X-Hub-Signature` (WebSub §7.1: `sha1`, `sha256`, `sha384`, `sha512`).
-    /// A WebSub subscriber says nothing of the one it checks, so the hub's owner chooses for
-    /// the subscribers they serve: `sha1` for those that check only it (Prosody's
-    /// `mod_pubsub_feeds`), which WebSub keeps for them though it no longer recommends it.
+    /// A WebSub subscriber cannot say which it checks (§7.1.1 leaves that to a future
+    /// extension), so the hub's owner chooses for the subscribers they serve: `sha1` for the
+    /// older ones that check only it (Prosody's `mod_pubsub_feeds`), despite its weakness.
     pub signature: Method,
 }
 
