@@ -10,7 +10,7 @@ use testkit::http::{BOT, put_entry};
 use testkit::process::free_port;
 use testkit::pubsub::{ATOM, PUBSUB, esc, now_ms, rfc3339};
 use testkit::server::prosody::FOLLOWER;
-use testkit::smartfeeds::scrape_metrics;
+use testkit::smartfeeds::{metric, scrape_metrics};
 use testkit::standalone::Standalone;
 use testkit::{Client, Prosody, TestServer, stanza_type, to_xml, xml};
 
@@ -64,12 +64,9 @@ async fn wait_for(client: &mut Client, item: (&str, &str), context: &str, logs: 
     }
 }
 
-/// A counter of smartfeeds' metrics (0 when absent).
+/// A sample of smartfeeds' metrics (0 when absent).
 fn counter(metrics: u16, name: &str) -> u64 {
-    let text = scrape_metrics(metrics);
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
-        .map_or(0, |v| v.trim().parse::<f64>().unwrap_or(0.0) as u64)
+    metric(&scrape_metrics(metrics), name).unwrap_or(0.0) as u64
 }
 
 /// Waits until our hub has made `n` deliveries Prosody took (2xx).
