@@ -272,6 +272,7 @@ async fn bad_subscription_requests_get_a_clear_4xx() {
         (sub("http://elsewhere.example/feeds/requests/".into(), cb.url.clone()), 400, "not a feed URL"),
         (sub(topic("requests/?since=cursor%3A1_0_1"), cb.url.clone()), 400, "since"),
         (sub(topic("requests/?order=sideways"), cb.url.clone()), 400, "order"),
+        (sub(topic("requests/?format=json"), cb.url.clone()), 400, "atom"),
         (sub(topic("nosuchfeed/"), cb.url.clone()), 404, "nosuchfeed"),
         (sub(t.clone(), "ftp://127.0.0.1/cb".into()), 400, "http"),
         (sub(t.clone(), "not a url".into()), 400, "hub.callback"),
