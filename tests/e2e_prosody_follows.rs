@@ -3,7 +3,8 @@
 //! `follower.localhost`, whose node `ours` follows a smartfeeds view. Prosody fetches the
 //! view once, finds our hub in it, subscribes with a secret of its own, and from then on
 //! takes each change as our hub pushes it, checking its `X-Hub-Signature` with SHA-1 only
-//! (hence `[hub] signature = "sha1"`). What a user checks: Prosody's node, read over XMPP.
+//! (hence `[hub] signature = "sha1"`; with `sha256` it refuses every delivery). What a user
+//! checks: Prosody's node, read over XMPP.
 
 use std::time::{Duration, Instant};
 use testkit::http::{BOT, put_entry};
@@ -88,33 +89,49 @@ async fn now_next_second() -> String {
     rfc3339(now_ms())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prosody_follows_a_view_through_our_hub() {
+/// smartfeeds with the feed `f` (entries `a` and `b`) and a hub signing with `signature`,
+/// then a Prosody whose node `ours` follows the view `f?order=modified` by its Atom URL;
+/// and the port of smartfeeds' metrics.
+async fn follow(signature: &str) -> (Standalone, TestServer<Prosody>, u16) {
     let metrics = free_port();
     let tables = format!(
-        "[hub]\nallow_private_callbacks = true\nsignature = \"sha1\"\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n"
+        "[hub]\nallow_private_callbacks = true\nsignature = \"{signature}\"\n\
+         [metrics]\nlisten = \"127.0.0.1:{metrics}\"\n"
     );
-    let sf = Standalone::start("", &["f"], &tables);
+    let sf = tokio::task::block_in_place(|| Standalone::start("", &["f"], &tables));
     put(&sf.base, "a", "first", "2024-01-01T00:00:00Z").await;
     put(&sf.base, "b", "second", "2024-01-02T00:00:00Z").await;
     let atom = format!("{}/feeds/f/?order=modified&format=atom", sf.base);
     let prosody = tokio::task::block_in_place(|| {
         TestServer::<Prosody>::start_with(|dir| Prosody::following(dir, &[("ours", atom.as_str())]))
     });
-    let logs = || {
-        let prosody_log = std::fs::read_to_string(prosody.log_path()).unwrap_or_default();
-        format!("--- metrics:\n{}\n--- smartfeeds:\n{}\n--- Prosody:\n{prosody_log}", scrape_metrics(metrics), sf.log())
-    };
-    let mut alice = prosody.login("alice").await;
-    // The first fetch: what the view holds.
-    wait_for(&mut alice, ("urn:a", "first"), "the first fetch", logs).await;
-    wait_for(&mut alice, ("urn:b", "second"), "the first fetch", logs).await;
-    // Prosody subscribed at our hub, and our hub verified its intent.
+    (sf, prosody, metrics)
+}
+
+/// What each side logged, and smartfeeds' metrics, for a failure's message.
+fn logs(sf: &Standalone, prosody: &TestServer<Prosody>, metrics: u16) -> String {
+    let prosody_log = std::fs::read_to_string(prosody.log_path()).unwrap_or_default();
+    format!("--- metrics:\n{}\n--- smartfeeds:\n{}\n--- Prosody:\n{prosody_log}", scrape_metrics(metrics), sf.log())
+}
+
+/// Waits until Prosody has subscribed at our hub and our hub verified its intent.
+async fn subscribed(metrics: u16, logs: impl Fn() -> String) {
     let deadline = Instant::now() + WITHIN;
     while counter(metrics, "smartfeeds_hub_subscriptions") < 1 {
         assert!(Instant::now() < deadline, "Prosody did not subscribe at our hub\n{}", logs());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prosody_follows_a_view_through_our_hub() {
+    let (sf, prosody, metrics) = follow("sha1").await;
+    let logs = || logs(&sf, &prosody, metrics);
+    let mut alice = prosody.login("alice").await;
+    // The first fetch: what the view holds.
+    wait_for(&mut alice, ("urn:a", "first"), "the first fetch", logs).await;
+    wait_for(&mut alice, ("urn:b", "second"), "the first fetch", logs).await;
+    subscribed(metrics, logs).await;
     // A new publish arrives within seconds: pushed, as Prosody fetches nothing for 600 minutes.
     let started = Instant::now();
     put(&sf.base, "c", "third", &now_next_second().await).await;
@@ -133,5 +150,25 @@ async fn prosody_follows_a_view_through_our_hub() {
     items.sort();
     let expected = [("urn:a", "first"), ("urn:b", "second"), ("urn:c", "third")];
     assert_eq!(items, expected.map(|(i, t)| (i.to_string(), t.to_string())), "{}", logs());
+    alice.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prosody_refuses_what_our_hub_signs_with_sha256() {
+    // Why `[hub] signature = "sha1"` for Prosody: it subscribes with a secret and checks
+    // `sha1=` only, so it refuses (401) a document signed with SHA-256 and never shows it.
+    let (sf, prosody, metrics) = follow("sha256").await;
+    let logs = || logs(&sf, &prosody, metrics);
+    let mut alice = prosody.login("alice").await;
+    wait_for(&mut alice, ("urn:b", "second"), "the first fetch", logs).await;
+    subscribed(metrics, logs).await;
+    put(&sf.base, "c", "third", &now_next_second().await).await;
+    let deadline = Instant::now() + WITHIN;
+    while counter(metrics, REJECTED) < 1 {
+        assert!(Instant::now() < deadline, "Prosody did not refuse the document\n{}", logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let items = node_items(&mut alice).await.expect("the node's items");
+    assert!(!items.iter().any(|(id, _)| id == "urn:c"), "{items:?}");
     alice.close().await;
 }
