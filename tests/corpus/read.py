@@ -15,6 +15,7 @@ dates are UTC, "YYYY-MM-DDTHH:MM:SSZ".
 """
 
 import datetime
+import email.utils
 import json
 import sys
 import time
@@ -49,20 +50,29 @@ def json_date(text):
     try:
         t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        return None
+        # Not RFC 3339: an RFC 822 date, as feedparser would read it too.
+        try:
+            t = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return None
     if t.tzinfo is None:
         t = t.replace(tzinfo=datetime.timezone.utc)
     return t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def json_entry(item, base):
-    people = item.get("authors") or ([item["author"]] if isinstance(item.get("author"), dict) else [])
+def people(item):
+    return item.get("authors") or ([item["author"]] if isinstance(item.get("author"), dict) else [])
+
+
+def json_entry(item, base, feed):
+    """An item; without authors of its own, the feed's are its authors (JSON Feed 1.1)."""
+    authors = people(item) or people(feed)
     url = item.get("url")
     return {
         "id": str(item["id"]) if item.get("id") is not None else None,
         "title": item.get("title"),
         "link": urllib.parse.urljoin(base, url) if isinstance(url, str) else None,
-        "authors": [{"name": p.get("name"), "email": None} for p in people if isinstance(p, dict)],
+        "authors": [{"name": p.get("name"), "email": None} for p in authors if isinstance(p, dict)],
         "categories": [t for t in item.get("tags", []) if isinstance(t, str)],
         "published": json_date(item.get("date_published")),
         "updated": json_date(item.get("date_modified")),
@@ -77,7 +87,7 @@ def main():
     if data.lstrip()[:1] == b"{":
         try:
             doc = json.loads(data)
-            out = {"bozo": False, "error": None, "entries": [json_entry(i, base) for i in doc.get("items", [])]}
+            out = {"bozo": False, "error": None, "entries": [json_entry(i, base, doc) for i in doc.get("items", [])]}
         except (ValueError, AttributeError, TypeError) as err:
             out = {"bozo": True, "error": str(err), "entries": []}
     else:

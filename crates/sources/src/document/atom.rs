@@ -154,7 +154,10 @@ mod tests {
         let Incoming { change: IncomingChange::Entry(neither), .. } = &doc.entries[3] else { panic!() };
         let digest = neither.atom_id.clone().expect("an id given");
         assert!(digest.starts_with("urn:sha256:"), "{digest}");
-        assert_eq!(ids, [id("urn:uuid:1"), id("urn:uuid:2"), id("https://example.com/3"), id(&digest), id("urn:uuid:0")]);
+        assert_eq!(
+            ids,
+            [id("urn:uuid:1"), id("urn:uuid:2"), id("https://example.com/3"), id(&digest), id("urn:uuid:0")]
+        );
         // What an entry lacks is added: an id (its link, else the digest), a title (its
         // summary), an updated time (its published time).
         let Incoming { change: IncomingChange::Entry(no_id), .. } = &doc.entries[2] else { panic!() };
@@ -198,7 +201,8 @@ mod demo {
 
     #[test]
     fn the_demo_source_reads_as_its_twelve_entries_oldest_first() {
-        let doc = super::parse(include_bytes!("../../../../demo/comments.atom"), chrono::Utc::now()).expect("an Atom feed");
+        let doc =
+            super::parse(include_bytes!("../../../../demo/comments.atom"), chrono::Utc::now()).expect("an Atom feed");
         assert_eq!(doc.entries.len(), 12);
         let titles: Vec<String> = doc
             .entries

@@ -137,7 +137,9 @@ mod tests {
 
     #[test]
     fn what_is_there_is_kept() {
-        let mut e = entry("<id>x</id><title type='html'>&lt;b&gt;T&lt;/b&gt;</title><updated>2024-01-01T00:00:00+02:00</updated>");
+        let mut e = entry(
+            "<id>x</id><title type='html'>&lt;b&gt;T&lt;/b&gt;</title><updated>2024-01-01T00:00:00+02:00</updated>",
+        );
         let before = String::from(&e);
         complete(&mut e, "key", now());
         assert_eq!(String::from(&e), before);
@@ -145,10 +147,14 @@ mod tests {
 
     #[test]
     fn a_missing_title_is_the_summary_text_then_the_content_then_the_link_then_the_key() {
-        let mut e = entry("<summary type='html'>&lt;p&gt;Fish &amp;amp; &lt;b&gt;chips&lt;/b&gt;&amp;nbsp;today&lt;/p&gt;</summary>");
+        let mut e = entry(
+            "<summary type='html'>&lt;p&gt;Fish &amp;amp; &lt;b&gt;chips&lt;/b&gt;&amp;nbsp;today&lt;/p&gt;</summary>",
+        );
         complete(&mut e, "k", now());
         assert_eq!(child(&e, "title"), "Fish & chips today");
-        let mut e = entry("<title> </title><content type='xhtml'><div xmlns='http://www.w3.org/1999/xhtml'><p>In <em>xhtml</em></p></div></content>");
+        let mut e = entry(
+            "<title> </title><content type='xhtml'><div xmlns='http://www.w3.org/1999/xhtml'><p>In <em>xhtml</em></p></div></content>",
+        );
         complete(&mut e, "k", now());
         assert_eq!(child(&e, "title"), "In xhtml");
         assert_eq!(e.children().filter(|c| c.name() == "title").count(), 1, "the blank title replaced");

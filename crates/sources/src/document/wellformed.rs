@@ -77,7 +77,9 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
     match (roots, depth) {
         (0, _) => Err("no root element".into()),
         (_, 0) => Ok(()),
-        (_, open) => Err(format!("the document ends with {open} element(s) still open")),
+        (_, open) => {
+            Err(format!("the document ends with {open} element(s) still open, at {}", place(body, body.len())))
+        }
     }
 }
 
@@ -110,7 +112,10 @@ mod tests {
     fn broken_documents_say_what_and_where() {
         let cases: [(&[u8], &str); 8] = [
             (b"<rss version=\"2.0\">\n</rss", "line 2"),
-            (b"\n\n<?xml version='1.0'?><rss/>", "declaration is not at the start of the document, at line 3, column 1"),
+            (
+                b"\n\n<?xml version='1.0'?><rss/>",
+                "declaration is not at the start of the document, at line 3, column 1",
+            ),
             (b"<rss><channel></rss>", "line 1"),
             (b"<rss><item>", "still open"),
             (b"<rss><title>&nbsp;</title></rss>", "&nbsp; is not declared"),

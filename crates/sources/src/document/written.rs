@@ -21,7 +21,15 @@ pub fn parse(bytes: &[u8], now: chrono::DateTime<chrono::Utc>) -> Result<Documen
     let parser = feed_rs::parser::Builder::new()
         .id_generator(|links, _, _| links.first().map(|l| l.href.trim().to_string()).unwrap_or_default())
         .build();
-    let feed = parser.parse(bytes).map_err(|e| ParseError::NotAFeed(e.to_string()))?;
+    if let Some(at) = find(bytes, ATOM_03.as_bytes()) {
+        if find(&bytes[..at], b"<feed").is_some() || find(&bytes[at..], b"<entry").is_some() {
+            return Err(ParseError::NotAFeed(format!(
+                "Atom 0.3 ({ATOM_03}), replaced by Atom 1.0 in 2005, is not read"
+            )));
+        }
+    }
+    let bytes = understood(bytes);
+    let feed = parser.parse(bytes.as_ref()).map_err(|e| ParseError::NotAFeed(e.to_string()))?;
     let mut parsed = Vec::new();
     let mut skipped = 0;
     for e in &feed.entries {
@@ -45,6 +53,51 @@ pub fn parse(bytes: &[u8], now: chrono::DateTime<chrono::Utc>) -> Result<Documen
         hub: link("hub"),
         self_link: link("self"),
     })
+}
+
+/// The namespace of Atom 0.3.
+const ATOM_03: &str = "http://purl.org/atom/ns#";
+
+/// The namespaces some RSS 2.0 documents put their elements in, which feed-rs reads as no
+/// RSS at all.
+const RSS2_NAMESPACES: [&str; 2] =
+    ["xmlns=\"http://backend.userland.com/rss2\"", "xmlns=\"http://blogs.law.harvard.edu/tech/rss\""];
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The document as feed-rs understands it: RSS 2.0 without the namespace some write it
+/// in (the elements are RSS 2.0's all the same), JSON Feed ids given as numbers as
+/// strings (as the JSON Feed specification tells readers to take them), a JSON Feed
+/// item's 1.0 `author` dropped beside its 1.1 `authors`.
+fn understood(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if bytes.trim_ascii_start().starts_with(b"{") {
+        let Ok(mut doc) = serde_json::from_slice::<serde_json::Value>(bytes) else { return bytes.into() };
+        let mut changed = false;
+        for item in doc.get_mut("items").and_then(|i| i.as_array_mut()).into_iter().flatten() {
+            // JSON Feed 1.1: `authors` replaces 1.0's `author`, which stays for old readers.
+            if item.get("authors").is_some()
+                && let Some(fields) = item.as_object_mut()
+                && fields.remove("author").is_some()
+            {
+                changed = true;
+            }
+            if let Some(id) = item.get_mut("id").filter(|id| id.is_number()) {
+                *id = serde_json::Value::String(id.to_string());
+                changed = true;
+            }
+        }
+        return if changed { serde_json::to_vec(&doc).map_or(bytes.into(), Into::into) } else { bytes.into() };
+    }
+    for ns in RSS2_NAMESPACES {
+        if let Some(at) = find(bytes, ns.as_bytes()) {
+            let mut out = bytes[..at].to_vec();
+            out.extend_from_slice(&bytes[at + ns.len()..]);
+            return out.into();
+        }
+    }
+    bytes.into()
 }
 
 /// An attribute name (all of them are written here, and valid).
@@ -85,6 +138,14 @@ fn as_atom(e: &model::Entry) -> Element {
     for a in &e.authors {
         if let Some(author) = author(a) {
             entry.append_child(author);
+        }
+    }
+    if e.authors.is_empty() {
+        // An item's `itunes:author` (feed-rs keeps it as a media credit): its author, as
+        // feed readers take it.
+        let credits = e.media.iter().flat_map(|m| &m.credits).map(|c| c.entity.trim()).filter(|c| !c.is_empty());
+        for name in credits.take(1) {
+            entry.append_child(Element::builder("author", ATOM).append(leaf("name", name)).build());
         }
     }
     for c in e.categories.iter().filter(|c| !c.term.trim().is_empty()) {
@@ -149,7 +210,8 @@ fn email_at(text: &str) -> Option<(usize, usize)> {
     let local = |c: char| c.is_alphanumeric() || "._+-".contains(c);
     let domain = |c: char| c.is_alphanumeric() || ".-".contains(c);
     text.match_indices('@').find_map(|(at, _)| {
-        let start = text[..at].rfind(|c: char| !local(c)).map_or(0, |i| i + text[i..].chars().next().map_or(1, char::len_utf8));
+        let start =
+            text[..at].rfind(|c: char| !local(c)).map_or(0, |i| i + text[i..].chars().next().map_or(1, char::len_utf8));
         let end = text[at + 1..].find(|c: char| !domain(c)).map_or(text.len(), |i| at + 1 + i);
         let host = text[at + 1..end].trim_end_matches('.');
         let end = at + 1 + host.len();
@@ -215,7 +277,12 @@ mod tests {
     #[test]
     fn contacts_are_read_as_a_name_and_an_address() {
         let both = (Some("Ann Lee".to_string()), Some("ann@rss.example".to_string()));
-        for text in ["ann@rss.example (Ann Lee)", "Ann Lee (ann@rss.example)", "Ann Lee <mailto:ann@rss.example>", " Ann Lee <ann@rss.example> "] {
+        for text in [
+            "ann@rss.example (Ann Lee)",
+            "Ann Lee (ann@rss.example)",
+            "Ann Lee <mailto:ann@rss.example>",
+            " Ann Lee <ann@rss.example> ",
+        ] {
             assert_eq!(person(text), both, "{text}");
         }
         assert_eq!(person("ann@rss.example"), (None, Some("ann@rss.example".into())));
@@ -242,10 +309,14 @@ mod tests {
         let doc = parse(rss.as_bytes(), chrono::Utc::now()).unwrap();
         let by_key = |k: &str| {
             let id = crate::item_id(k);
-            doc.entries.iter().find(|e| e.id == id).map(|e| match &e.change {
-                IncomingChange::Entry(entry) => entry.clone(),
-                IncomingChange::Deleted => panic!(),
-            }).unwrap()
+            doc.entries
+                .iter()
+                .find(|e| e.id == id)
+                .map(|e| match &e.change {
+                    IncomingChange::Entry(entry) => entry.clone(),
+                    IncomingChange::Deleted => panic!(),
+                })
+                .unwrap()
         };
         let a = by_key("a");
         assert_eq!(authors(&a.xml), [("Ann Lee".to_string(), Some("ann@rss.example".to_string()))]);
@@ -287,6 +358,24 @@ mod tests {
         assert!(updated.starts_with("2024-01-01T10:00:00"), "{updated}");
         // The same document read again gives the same keys.
         assert_eq!(parse(rss.as_bytes(), now).unwrap().ids(), doc.ids());
+    }
+
+    #[test]
+    fn numeric_json_feed_ids_namespaced_rss_and_atom_0_3() {
+        let json = r#"{"version":"https://jsonfeed.org/version/1.1","title":"J","items":[{"id":7,"title":"Seven",
+            "author":{"name":"Old"},"authors":[{"name":"New"}]}]}"#;
+        let doc = parse(json.as_bytes(), chrono::Utc::now()).unwrap();
+        assert_eq!(doc.ids(), [crate::item_id("7")]);
+        assert_eq!(authors(&entry(&doc, 0).1.xml), [("New".to_string(), None)]);
+        let rss = r#"<rss version="2.0" xmlns="http://backend.userland.com/rss2"><channel><title>R</title>
+<item><title>In a namespace</title><link>https://example.com/ns</link></item></channel></rss>"#;
+        assert_eq!(
+            parse(rss.as_bytes(), chrono::Utc::now()).unwrap().ids(),
+            [crate::item_id("https://example.com/ns")]
+        );
+        let atom03 = r#"<feed version="0.3" xmlns="http://purl.org/atom/ns#"><entry><id>x</id></entry></feed>"#;
+        let err = super::super::parse(atom03.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("Atom 0.3"), "{err}");
     }
 
     #[test]
