@@ -21,12 +21,10 @@ pub fn parse(bytes: &[u8], now: chrono::DateTime<chrono::Utc>) -> Result<Documen
     let parser = feed_rs::parser::Builder::new()
         .id_generator(|links, _, _| links.first().map(|l| l.href.trim().to_string()).unwrap_or_default())
         .build();
-    if let Some(at) = find(bytes, ATOM_03.as_bytes()) {
-        if find(&bytes[..at], b"<feed").is_some() || find(&bytes[at..], b"<entry").is_some() {
-            return Err(ParseError::NotAFeed(format!(
-                "Atom 0.3 ({ATOM_03}), replaced by Atom 1.0 in 2005, is not read"
-            )));
-        }
+    if let Some(at) = find(bytes, ATOM_03.as_bytes())
+        && (find(&bytes[..at], b"<feed").is_some() || find(&bytes[at..], b"<entry").is_some())
+    {
+        return Err(ParseError::NotAFeed(format!("Atom 0.3 ({ATOM_03}), replaced by Atom 1.0 in 2005, is not read")));
     }
     let bytes = understood(bytes);
     let feed = parser.parse(bytes.as_ref()).map_err(|e| ParseError::NotAFeed(e.to_string()))?;
