@@ -34,7 +34,7 @@ struct Served {
 
 struct Corpus {
     sf: Standalone,
-    _web: SourceServer,
+    web: SourceServer,
     docs: Vec<Served>,
     /// Before the first fetch: entries without a time are updated after it.
     started: chrono::DateTime<chrono::Utc>,
@@ -103,7 +103,7 @@ fn corpus() -> &'static Corpus {
         let started = chrono::Utc::now();
         let sf = Standalone::start("", &[], &tables);
         let cleanup = remove_on_exit(&[sf.dir()]);
-        Corpus { sf, _web: web, docs, started, _cleanup: cleanup }
+        Corpus { sf, web, docs, started, _cleanup: cleanup }
     })
 }
 
@@ -364,4 +364,29 @@ async fn a_document_feedparser_reads_as_malformed_is_refused_with_a_clear_logged
         assert!(line.contains("not well-formed XML") && line.contains("line "), "{}: {line}", doc.file);
         assert_eq!(imported(&doc.feed, 0).await, 0, "{}: nothing imported", doc.file);
     }
+}
+
+#[tokio::test]
+async fn fetching_entries_without_dates_again_changes_nothing() {
+    let c = corpus();
+    let doc = c.docs.iter().find(|d| d.file.ends_with("rss_0.91_spec_1.xml")).expect("a document without dates");
+    let n = doc.read["entries"].as_array().map_or(0, Vec::len) as u64;
+    assert_eq!(imported(&doc.feed, n).await, n, "{}", doc.file);
+    let path = doc.url.strip_prefix(&c.web.base).expect("served here");
+    let view = format!("{}/feeds/{}/?order=modified", c.sf.base, doc.feed);
+    let get = || async { http().get(&view).send().await.unwrap().json::<Value>().await.unwrap()["items"].clone() };
+    let before = get().await;
+    let hits = c.web.hits(path).len();
+    // A second later, so that the time of the fetch differs.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let ping = http()
+        .post(format!("{}/hub", c.sf.base))
+        .form(&[("hub.mode", "publish"), ("hub.url", doc.url.as_str())])
+        .send()
+        .await
+        .expect("POST /hub");
+    assert_eq!(ping.status(), 204);
+    c.web.wait_hits(path, hits + 1);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(get().await, before, "the same entries fetched again: no update");
 }
