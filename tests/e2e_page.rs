@@ -53,7 +53,8 @@ fn http() -> reqwest::Client {
     reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("a client")
 }
 
-/// An Atom entry: a title, authors, categories and the `<content>` (or nothing) as written.
+/// An Atom entry written now: a title, authors, categories and the `<content>` (or nothing)
+/// as written. The page shows an entry's own `updated`, so "just now".
 fn atom(title: &str, authors: &[&str], categories: &[&str], content: &str) -> String {
     let mut s = format!("<entry xmlns=\"{ATOM}\"><title>{}</title>", esc(title));
     for a in authors {
@@ -63,7 +64,8 @@ fn atom(title: &str, authors: &[&str], categories: &[&str], content: &str) -> St
         s.push_str(&format!("<category term=\"{}\"/>", esc(c)));
     }
     s.push_str(content);
-    s.push_str("<updated>2026-01-01T00:00:00Z</updated></entry>");
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    s.push_str(&format!("<updated>{now}</updated></entry>"));
     s
 }
 

@@ -118,6 +118,17 @@ pub fn entry_fields(entry: &Element) -> Result<Entry, EntryError> {
     Ok(Entry { xml, atom_id, author, categories })
 }
 
+/// An entry's own `<published>` and `<updated>` times, Unix ms, where it has them as RFC 3339
+/// times (Atom's date construct); see [`Item::dates`](crate::Item::dates) for the rule readers
+/// get.
+pub fn entry_times(entry: &Element) -> (Option<i64>, Option<i64>) {
+    let time = |name: &str| {
+        let text = entry.get_child(name, ATOM)?.text();
+        chrono::DateTime::parse_from_rfc3339(text.trim()).ok().map(|t| t.timestamp_millis())
+    };
+    (time("published"), time("updated"))
+}
+
 /// RFC 6721 `<deleted-entry xmlns="http://purl.org/atompub/tombstones/1.0" ref="…" when="…"/>`.
 #[derive(FromXml, AsXml, Debug, Clone, PartialEq, Eq)]
 #[xml(namespace = TOMBSTONES, name = "deleted-entry")]

@@ -74,11 +74,16 @@ pub fn tombstone_xml(atom_ref: &str, when: i64) -> String {
 
 /// One item as JSON, with `cursor` (a bare `T_O_C`) as its cursor.
 pub fn item_json(item: &Item, cursor: &str) -> ItemJson {
+    let parsed = match &item.payload {
+        Payload::Entry(xml) => xml.parse::<Element>().ok(),
+        Payload::Tombstone { .. } => None,
+    };
+    let dates = item.dates(parsed.as_ref());
     let mut j = ItemJson {
         id: item.id.clone(),
         cursor: cursor.to_string(),
-        published: rfc3339(item.created.t),
-        updated: rfc3339(item.modified.t),
+        published: rfc3339(dates.published),
+        updated: rfc3339(dates.updated),
         title: None,
         content: None,
         author: None,
@@ -87,7 +92,7 @@ pub fn item_json(item: &Item, cursor: &str) -> ItemJson {
     };
     match &item.payload {
         Payload::Entry(xml) => {
-            if let Ok(e) = xml.parse::<Element>() {
+            if let Some(e) = parsed {
                 let text = |name: &str| e.get_child(name, ATOM).map(|c| c.text());
                 j.title = text("title");
                 j.content = text("content");

@@ -49,6 +49,11 @@ pub fn document(doc: &Doc<'_>, home: &str, links: &[(&str, &str)], archive: bool
 /// One item: the Atom entry's fields under JSON Feed's names. An item's `id` is its Atom
 /// id when it has one (what a reader de-duplicates by), else the item id.
 pub fn item(item: &Item, cursor: &str) -> JsonFeedItem {
+    let parsed = match &item.payload {
+        Payload::Entry(xml) => xml.parse::<Element>().ok(),
+        Payload::Tombstone { .. } => None,
+    };
+    let dates = item.dates(parsed.as_ref());
     let mut j = JsonFeedItem {
         id: item.atom_id.clone().unwrap_or_else(|| item.id.clone()),
         url: None,
@@ -56,19 +61,16 @@ pub fn item(item: &Item, cursor: &str) -> JsonFeedItem {
         content_html: None,
         content_text: None,
         summary: None,
-        date_published: rfc3339(item.created.t),
-        date_modified: rfc3339(item.modified.t),
+        date_published: rfc3339(dates.published),
+        date_modified: rfc3339(dates.updated),
         authors: Vec::new(),
         tags: item.categories.clone(),
         smartfeeds: JsonFeedItemExtension { id: item.id.clone(), cursor: cursor.to_string(), deleted: None },
     };
-    match &item.payload {
-        Payload::Entry(xml) => {
-            if let Ok(e) = xml.parse::<Element>() {
-                entry_fields(&e, &mut j);
-            }
-        }
-        Payload::Tombstone { .. } => j.smartfeeds.deleted = Some(true),
+    match (&item.payload, parsed) {
+        (_, Some(e)) => entry_fields(&e, &mut j),
+        (Payload::Tombstone { .. }, _) => j.smartfeeds.deleted = Some(true),
+        (Payload::Entry(_), None) => {}
     }
     // JSON Feed: every item has content of one kind or the other.
     if j.content_html.is_none() && j.content_text.is_none() {

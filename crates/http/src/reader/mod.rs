@@ -333,9 +333,9 @@ pub fn item(now: i64, c: &Choice, feed: &str, item: &Item, cursor: &Cursor) -> S
             .collect();
         meta.push(format!("<span class=\"by\">by {}</span>", names.join(", ")));
     }
-    meta.push(time(item.created.t));
-    if item.modified.t - item.created.t >= 1000 {
-        meta.push(format!("updated {}", time(item.modified.t)));
+    meta.push(time(e.dates.published));
+    if e.dates.updated - e.dates.published >= 1000 {
+        meta.push(format!("updated {}", time(e.dates.updated)));
     }
     let _ = write!(s, "<p class=\"meta\">{}</p>", meta.join(" · "));
     if !item.categories.is_empty() {
