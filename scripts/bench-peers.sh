@@ -45,7 +45,8 @@
 #   BENCH_ROUNDS             rounds per host [3]
 #   BENCH_MODES              load modes to run, in this order ["publish pull fanout"]
 #   BENCH_STORES             smartfeeds' stores to compare ["sqlite"]; add "postgres" (one
-#                            instance on a private PostgreSQL, service smartfeeds-pg) and
+#                            instance on a private PostgreSQL, service smartfeeds-pg; pgbench
+#                            runs a publish-shaped transaction there first) and
 #                            "postgres2" (two instances on one database, smartfeeds-pg2;
 #                            ejabberd only: Prosody takes one connection per component, the
 #                            second would stand by). CPU is that of the first instance.
@@ -200,6 +201,25 @@ start_postgres() {
 		-o "-p $pg_port -k $tmp/pg -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null \
 		|| { cat "$tmp/pg/server.log" >&2; exit 1; }
 	log "PostgreSQL on 127.0.0.1:$pg_port"
+}
+
+# pgbench on the same server, with a transaction shaped like one publish
+# (scripts/pgbench-publish.sql), from one client and from 16 on one feed: the floor that one
+# commit per publish sets, to read smartfeeds-pg's figures against.
+pgbench_publish() {
+	as_postgres "$pg_bin/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres -c "CREATE DATABASE pgbench" >/dev/null
+	as_postgres "$pg_bin/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres -d pgbench >/dev/null <<-'SQL'
+		CREATE TABLE bench_feeds (id bigint PRIMARY KEY, items bigint NOT NULL);
+		INSERT INTO bench_feeds VALUES (1, 0);
+		CREATE TABLE bench_items (feed bigint NOT NULL, id text NOT NULL, payload text, PRIMARY KEY (feed, id));
+		CREATE TABLE bench_push_log (seq bigserial PRIMARY KEY, feed bigint NOT NULL, item_id text, payload text);
+	SQL
+	local clients tps
+	for clients in 1 16; do
+		tps=$(as_postgres "$pg_bin/pgbench" -n -h 127.0.0.1 -p "$pg_port" -U postgres -c "$clients" -j 1 -T 10 \
+			-f "$repo/scripts/pgbench-publish.sql" pgbench 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+		echo "# pgbench, one publish per transaction on one feed, $clients client(s): ${tps:-?} per second"
+	done
 }
 
 stop_postgres() {
@@ -448,6 +468,7 @@ services_of() {
 
 if [[ " $stores " == *" postgres"* ]]; then
 	start_postgres
+	pgbench_line=$(pgbench_publish)
 fi
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for host in $hosts; do
@@ -519,6 +540,7 @@ if [ -s "$tmp/canned.jsonl" ]; then
 	"$load" table "$tmp/canned.jsonl"
 fi
 echo "# $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1); load average at start: $load_at_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+[ -z "${pgbench_line:-}" ] || echo "$pgbench_line"
 echo "# prosody $(dpkg-query -W -f='${Version}' prosody 2>/dev/null || echo '?'), ejabberd $(dpkg-query -W -f='${Version}' ejabberd 2>/dev/null || echo '?'); $rounds rounds"
 echo "# publish: $publish_items entries, $publish_in_flight in flight; pull: $pull_pages pages of $pull_max, $pull_in_flight in flight; fan-out: $fanout_subscribers subscribers x $fanout_publishes publishes, publisher ${BENCH_FANOUT_PUBLISHER:-same}, $fanout_receivers receiving connection(s), client sessions: $fanout_sessions"
 "$load" compare "$results"

@@ -21,6 +21,11 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/n
 # The OpenAPI tests check the description with openapi-spec-validator and test the API with
 # schemathesis (both PyPI), in a venv.
 dpkg -s python3-venv >/dev/null 2>&1 || missing+=(python3-venv)
+# The programs people use, run against the service by the end-to-end tests: Prosody's own
+# WebSub subscriber (mod_pubsub_feeds), a feed reader, and an independent feed parser.
+dpkg -s prosody-modules >/dev/null 2>&1 || missing+=(prosody-modules)
+command -v newsboat >/dev/null 2>&1 || missing+=(newsboat)
+dpkg -s python3-feedparser >/dev/null 2>&1 || missing+=(python3-feedparser)
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "installing ${missing[*]} (Debian packages)..." >&2
 	if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi

@@ -285,7 +285,12 @@ async fn start_http<S: Store>(
         max_connections: connection_cap(http.max_connections, files),
         header_timeout: std::time::Duration::from_secs(http.header_timeout),
     };
-    tracing::info!(addr = %http.listen, base = %settings.base, open_files = ?files, max_connections = limits.max_connections, "HTTP face listening");
+    // The configured bound, below the places the open-file limit leaves.
+    let max_held = http
+        .max_held
+        .unwrap_or_else(|| http::held_places::default_max_held(limits.max_connections))
+        .min(limits.max_connections.saturating_sub(1));
+    tracing::info!(addr = %http.listen, base = %settings.base, open_files = ?files, max_connections = limits.max_connections, max_held, "HTTP face listening");
     tokio::spawn(wakeups.clone().run(wake_rx));
     let hub = http::hub::Hub::new(
         svc.clone(),
@@ -317,6 +322,7 @@ async fn start_http<S: Store>(
             http.tokens.iter().map(|t| (t.token.clone(), crate::config::canonical_jid(&t.jid))),
         ),
         wakeups,
+        held: http::held_places::HeldPlaces::new(max_held),
         flights: Default::default(),
         events: Default::default(),
         generations,

@@ -73,15 +73,24 @@ pub struct HttpConfig {
     /// until one closes. Held long-polls and event streams count.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// The most requests held at once (long-polls waiting, event streams); past it, 503 with
+    /// `Retry-After`. Fewer than `max_connections`, so that held requests never take the
+    /// places publishes and pulls need. Default: all but a tenth of `max_connections`.
+    #[serde(default)]
+    pub max_held: Option<usize>,
     /// Seconds a request's head (request line and headers) may take to arrive, counted from
     /// the moment the connection is ready for it; also how long a kept-alive connection may
     /// sit idle.
     #[serde(default = "default_header_timeout")]
     pub header_timeout: u64,
-    /// Proxies (addresses or CIDR networks) whose `Forwarded` / `X-Forwarded-For` name the
-    /// client's address (its rate bucket); from any other peer those headers are ignored.
+    /// Proxies (addresses or CIDR networks) whose `proxy_header` names the client's address
+    /// (its rate bucket); from any other peer forwarding headers are ignored.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
+    /// The header the trusted proxies write the client's address in: `x-forwarded-for` or
+    /// `forwarded` (RFC 7239). Only that one is read: the other is the client's own.
+    #[serde(default = "default_proxy_header")]
+    pub proxy_header: String,
     /// Who an HTTP request is: `Authorization: Bearer TOKEN` acts as `jid`.
     #[serde(default)]
     pub tokens: Vec<HttpToken>,
@@ -89,6 +98,9 @@ pub struct HttpConfig {
 
 fn default_http_listen() -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+fn default_proxy_header() -> String {
+    "x-forwarded-for".into()
 }
 fn default_max_timeout() -> u64 {
     300
@@ -132,9 +144,12 @@ impl HttpConfig {
         }
     }
 
-    /// `trusted_proxies`, parsed.
+    /// `trusted_proxies` and `proxy_header`, parsed.
     pub fn trusted_proxies(&self) -> Result<http::client_addr::TrustedProxies, String> {
-        http::client_addr::TrustedProxies::parse(self.trusted_proxies.iter().map(String::as_str))
+        let header =
+            http::client_addr::ProxyHeader::parse(&self.proxy_header).map_err(|why| format!("proxy_header: {why}"))?;
+        http::client_addr::TrustedProxies::parse(self.trusted_proxies.iter().map(String::as_str), header)
+            .map_err(|why| format!("trusted_proxies: {why}"))
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -150,11 +165,17 @@ impl HttpConfig {
         if self.max_connections == 0 || self.max_connections > 1_000_000 {
             return bad("http.max_connections must be 1 to 1000000".into());
         }
+        if self.max_held.is_some_and(|h| h >= self.max_connections) {
+            return bad(
+                "http.max_held must be less than http.max_connections: held requests must leave places for the others"
+                    .into(),
+            );
+        }
         if self.header_timeout == 0 || self.header_timeout > 300 {
             return bad("http.header_timeout must be 1 to 300 seconds".into());
         }
         if let Err(why) = self.trusted_proxies() {
-            return bad(format!("http.trusted_proxies: {why}"));
+            return bad(format!("http.{why}"));
         }
         if self.archive_page == 0 || self.archive_page > 10_000 {
             return bad("http.archive_page must be 1 to 10000".into());
@@ -685,6 +706,8 @@ allowed = ["bob@x", "*@example.net"]
             (GOOD.replace("[[feeds]]", "[http]\nlisten = \"nowhere\"\n[[feeds]]"), "listen"),
             (GOOD.replace("[[feeds]]", "[http]\nmax_connections = 0\n[[feeds]]"), "http.max_connections"),
             (GOOD.replace("[[feeds]]", "[http]\nheader_timeout = 0\n[[feeds]]"), "http.header_timeout"),
+            (GOOD.replace("[[feeds]]", "[http]\nmax_connections = 100\nmax_held = 100\n[[feeds]]"), "http.max_held"),
+            (GOOD.replace("[[feeds]]", "[http]\nproxy_header = \"x-real-ip\"\n[[feeds]]"), "http.proxy_header"),
             (
                 GOOD.replace("[[feeds]]", "[http]\ntrusted_proxies = [\"10.0.0.0/40\"]\n[[feeds]]"),
                 "http.trusted_proxies",

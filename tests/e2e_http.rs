@@ -20,7 +20,7 @@ fn shared() -> &'static HttpFixture {
     SHARED.get_or_start(|| {
         HttpFixture::start(|port| {
             let http = http_table(port, "max_timeout = 30\narchive_page = 5\n", &["bot", "admin", "alice", "eve"]);
-            let plain = bot_feeds(&["pages", "hostile", "lp", "sse", "arch", "cross"]);
+            let plain = bot_feeds(&["pages", "hostile", "lp", "sse", "arch", "cross", "dated"]);
             let secret = closed_feed("secret", &["alice@localhost"]);
             let page = titled_feed("page", "The page feed");
             [http, plain, secret, page].concat()
@@ -606,4 +606,59 @@ async fn the_page_shows_a_new_item_live_in_a_real_browser() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     put("page", "live", &entry("urn:live", "Arrived while watching", Some("ann"), &[]), BOT).await;
     shown("Arrived while watching").await;
+}
+
+/// Readers see an entry's own dates, not when it entered the feed: an entry written on
+/// 2 November 2025 and published now reads as of 2 November in the JSON answer, JSON Feed,
+/// Atom and the page; one without dates reads as of its publication. The cursor keeps the
+/// item's own time.
+#[tokio::test]
+async fn readers_see_an_entrys_own_dates() {
+    shared();
+    let dated = "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:dated</id><title>Written in November</title>\
+                 <published>2025-11-02T09:30:00Z</published><updated>2025-11-03T10:00:00Z</updated></entry>";
+    let cursor = put("dated", "old", dated, BOT).await["cursor"].as_str().expect("a cursor").to_string();
+    put(
+        "dated",
+        "new",
+        "<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:undated</id><title>Undated</title></entry>",
+        BOT,
+    )
+    .await;
+    let now_year = chrono::Datelike::year(&chrono::Utc::now()).to_string();
+    let (status, doc) = get_json("/feeds/dated/?order=created", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let old = &doc["items"][0];
+    assert_eq!(
+        (old["id"].as_str(), old["published"].as_str()),
+        (Some("old"), Some("2025-11-02T09:30:00.000Z")),
+        "{doc}"
+    );
+    assert_eq!(old["updated"], "2025-11-03T10:00:00.000Z", "{doc}");
+    assert_eq!(old["cursor"].as_str(), Some(cursor.as_str()), "the cursor keeps the item's own time");
+    assert!(doc["items"][1]["published"].as_str().is_some_and(|p| p.starts_with(&now_year)), "{doc}");
+    // JSON Feed.
+    let feed: Value = http()
+        .get(url("/feeds/dated/?order=created&format=json-feed"))
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("JSON Feed");
+    assert_eq!(feed["items"][0]["date_published"], "2025-11-02T09:30:00.000Z", "{feed}");
+    assert_eq!(feed["items"][0]["date_modified"], "2025-11-03T10:00:00.000Z", "{feed}");
+    // Atom, read by a feed parser.
+    let atom = http().get(url("/feeds/dated/?order=created&format=atom")).send().await.expect("GET");
+    let parsed = feed_rs::parser::parse(atom.bytes().await.expect("a body").as_ref()).expect("an Atom document");
+    let entry = parsed.entries.iter().find(|e| e.id == "urn:dated").expect("the dated entry");
+    assert_eq!(entry.published.map(|t| t.to_rfc3339()), Some("2025-11-02T09:30:00+00:00".into()));
+    assert_eq!(entry.updated.map(|t| t.to_rfc3339()), Some("2025-11-03T10:00:00+00:00".into()));
+    // The page.
+    let page = http().get(url("/?feed=dated&order=created")).send().await.expect("GET").text().await.expect("HTML");
+    let li =
+        page.split("<li class=\"item").find(|li| li.contains("Written in November")).expect("the item on the page");
+    assert!(li.contains("datetime=\"2025-11-02T09:30:00.000Z\""), "{li}");
+    assert!(li.contains("updated <time datetime=\"2025-11-03T10:00:00.000Z\""), "{li}");
+    assert!(!li.contains("minute"), "not shown as just published: {li}");
 }

@@ -45,6 +45,9 @@ fn check_config_validates_the_hub_table() {
                 retry_max = 30\nmax_attempts = 5\nallow_private_callbacks = true\nmax_backlog = 100\n";
     assert_accepted(&check(good));
     assert_accepted(&check("[hub]\n")); // every key has a default
+    for method in ["sha1", "sha256", "sha384", "sha512"] {
+        assert_accepted(&check(&format!("[hub]\nsignature = \"{method}\"\n")));
+    }
     for (hub, needle) in [
         ("[hub]\nmin_lease = 0\n", "min_lease"),
         ("[hub]\nmin_lease = 100\nmax_lease = 10\n", "min_lease"),
@@ -59,6 +62,8 @@ fn check_config_validates_the_hub_table() {
         ("[hub]\nallow_private_callbacks = \"yes\"\n", "allow_private_callbacks"),
         ("[hub]\nmax_lease = -1\n", "max_lease"),
         ("[hub]\nsurprise = 1\n", "surprise"),
+        ("[hub]\nsignature = \"md5\"\n", "signature"),
+        ("[hub]\nsignature = \"SHA1\"\n", "sha1, sha256, sha384 or sha512"),
     ] {
         assert_refused(&check(hub), &[needle]);
     }

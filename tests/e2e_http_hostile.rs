@@ -27,6 +27,7 @@ struct Hostile {
 
 static HOSTILE: Shared<Hostile> = Shared::new();
 static CAPPED: Shared<HttpFixture> = Shared::new();
+static HELD_CAPPED: Shared<HttpFixture> = Shared::new();
 
 fn hostile() -> &'static Hostile {
     HOSTILE.get_or_start(|| {
@@ -45,6 +46,17 @@ fn capped() -> &'static HttpFixture {
         HttpFixture::start(|port| {
             let settings = format!("header_timeout = {HEADER_TIMEOUT}\nmax_connections = {CAP}\n");
             format!("{}{}", http_table(port, &settings, &["bot"]), bot_feeds(&["capped"]))
+        })
+    })
+}
+
+/// A smartfeeds that takes at most [`CAP`] connections, of which the default share (all but
+/// one) may be held.
+fn held_capped() -> &'static HttpFixture {
+    HELD_CAPPED.get_or_start(|| {
+        HttpFixture::start(|port| {
+            let settings = format!("header_timeout = {HEADER_TIMEOUT}\nmax_connections = {CAP}\n");
+            format!("{}{}", http_table(port, &settings, &["bot"]), bot_feeds(&["heldcap"]))
         })
     })
 }
@@ -152,9 +164,9 @@ async fn heads_past_their_bounds_are_refused_at_once() {
     let many: String = (0..65).map(|i| format!("X-H{i}: v\r\n")).collect();
     let many_headers = format!("GET /feeds/hostile/ HTTP/1.1\r\nHost: x\r\n{many}\r\n");
     let long_target = format!("GET /feeds/hostile/?author={} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(20_000));
-    for request in [big_header, many_headers, long_target] {
+    for (request, status) in [(big_header, 431), (many_headers, 431), (long_target, 414)] {
         let (answer, took, mut s) = exchange(fx, request.as_bytes()).await;
-        assert_eq!(answer.map(|a| a.status), Some(431), "{}", &request[..60]);
+        assert_eq!(answer.map(|a| a.status), Some(status), "{}", &request[..60]);
         assert!(took < Duration::from_secs(1), "{took:?}");
         assert!(closed_within(&mut s, Duration::from_secs(1)).await, "closed after the refusal");
     }
@@ -490,30 +502,38 @@ async fn pipelined_requests_on_one_connection_are_answered_in_order_whatever_ser
     assert!(answers[2].1.contains("piped"), "{answers:?}");
 }
 
+/// The `smartfeeds_http_held` gauge of `kind`: requests of that kind held now.
+fn held_now(h: &Hostile, kind: &str) -> f64 {
+    metric(&scrape_metrics(h.metrics), &format!("smartfeeds_http_held{{kind=\"{kind}\"}}")).unwrap_or(0.0)
+}
+
+/// [`held_now`], once it reads `want` or `within` has passed.
+async fn held_reaches(h: &Hostile, kind: &str, want: f64, within: Duration) -> f64 {
+    let until = Instant::now() + within;
+    while held_now(h, kind) != want && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    held_now(h, kind)
+}
+
 #[tokio::test]
 async fn a_client_that_goes_away_ends_its_held_request() {
     let h = hostile();
-    let held = |kind: &str| {
-        metric(&scrape_metrics(h.metrics), &format!("smartfeeds_http_held{{kind=\"{kind}\"}}")).unwrap_or(0.0)
-    };
     for (kind, request) in [
         ("longpoll", get("/feeds/held/?order=created&timeout=40")),
         ("stream", b"GET /feeds/held/?order=created HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n".to_vec()),
     ] {
-        let before = held(kind);
+        let before = held_now(h, kind);
         let mut s = TcpStream::connect(addr(&h.fx)).await.unwrap();
         s.write_all(&request).await.unwrap();
-        let until = Instant::now() + Duration::from_secs(10);
-        while held(kind) < before + 1.0 && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert_eq!(held(kind), before + 1.0, "the {kind} is held");
+        assert_eq!(
+            held_reaches(h, kind, before + 1.0, Duration::from_secs(10)).await,
+            before + 1.0,
+            "the {kind} is held"
+        );
         drop(s);
-        let until = Instant::now() + Duration::from_secs(5);
-        while held(kind) > before && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert_eq!(held(kind), before, "the {kind} ended when its client went away");
+        let after = held_reaches(h, kind, before, Duration::from_secs(5)).await;
+        assert_eq!(after, before, "the {kind} ended when its client went away");
     }
 }
 
@@ -525,15 +545,11 @@ async fn a_long_poll_held_on_a_connection_hyper_serves_is_answered() {
     let client = reqwest::Client::new();
     let res = put_entry(&client, &h.fx.base, "held", "h0", BOT, &small_entry("h0")).await.unwrap();
     assert_eq!(res.status(), 200);
-    let held = || metric(&scrape_metrics(h.metrics), "smartfeeds_http_held{kind=\"longpoll\"}").unwrap_or(0.0);
-    let before = held();
+    let before = held_now(h, "longpoll");
     let mut s = TcpStream::connect(addr(&h.fx)).await.unwrap();
     s.write_all(b"GET /feeds/held/?order=created&since=id:h0&timeout=30 HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    while held() < before + 1.0 && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(held(), before + 1.0, "the long-poll is held");
+    let held = held_reaches(h, "longpoll", before + 1.0, Duration::from_secs(10)).await;
+    assert_eq!(held, before + 1.0, "the long-poll is held");
     let res = put_entry(&client, &h.fx.base, "held", "h1", BOT, &small_entry("h1")).await.unwrap();
     assert_eq!(res.status(), 200);
     let answer = tokio::time::timeout(Duration::from_secs(10), read_answer(&mut s)).await;
@@ -541,4 +557,124 @@ async fn a_long_poll_held_on_a_connection_hyper_serves_is_answered() {
     assert_eq!(answer.status, 200, "{answer:?}");
     assert!(answer.head.contains("link: ") && answer.head.contains("etag: "), "{answer:?}");
     assert!(answer.body.contains("\"id\":\"h1\"") && !answer.body.contains("\"id\":\"h0\""), "{answer:?}");
+}
+
+/// Held requests (event streams, waiting long-polls) take at most all but a tenth of the
+/// connection places (at least one kept): past that they are refused with 503 and
+/// `Retry-After`, and a publisher still gets a place and its answer, which the held streams
+/// then receive.
+#[tokio::test]
+async fn held_requests_leave_places_for_publishes_and_pulls() {
+    let fx = held_capped();
+    let stream = b"GET /feeds/heldcap/ HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n";
+    let mut streams = Vec::new();
+    for _ in 0..CAP - 1 {
+        let mut s = TcpStream::connect(addr(fx)).await.unwrap();
+        s.write_all(stream).await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut byte)).await.expect("a head").unwrap();
+            assert_eq!(n, 1, "the stream's head: {}", String::from_utf8_lossy(&head));
+            head.push(byte[0]);
+        }
+        assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+        streams.push(s);
+    }
+    // Every place for held requests is taken: one more stream, or a long-poll that would
+    // wait, is refused at once, and told when to come back.
+    let one_more = [stream.to_vec(), get("/feeds/heldcap/?order=created&timeout=30")];
+    for request in one_more {
+        let what = String::from_utf8_lossy(&request[..40]).to_string();
+        let (answer, took, _) = exchange(fx, &request).await;
+        let answer = answer.unwrap_or_else(|| panic!("an answer to {what}"));
+        assert_eq!(answer.status, 503, "{what}: {answer:?}");
+        assert!(answer.head.contains("retry-after: "), "{what}: {answer:?}");
+        assert!(answer.body.contains("held"), "{what}: {answer:?}");
+        assert!(took < Duration::from_secs(2), "{what}: {took:?}");
+    }
+    // A publisher still finds a place.
+    let client = reqwest::Client::new();
+    let res = tokio::time::timeout(
+        Duration::from_secs(5),
+        put_entry(&client, &fx.base, "heldcap", "p1", BOT, &small_entry("p1")),
+    )
+    .await
+    .expect("the publish answered while the held requests hold their places")
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    // And each stream gets its event.
+    for s in &mut streams {
+        let mut seen = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("p1") {
+            let n =
+                tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk)).await.expect("the event").unwrap();
+            assert!(n > 0, "the stream ended before its event");
+            seen.extend_from_slice(&chunk[..n]);
+        }
+    }
+    // A place given back is taken again.
+    drop(streams.pop());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut s = TcpStream::connect(addr(fx)).await.unwrap();
+    s.write_all(stream).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), read_head(&mut s)).await.expect("a head");
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+}
+
+/// The head of an answer, lower-cased, without reading its body.
+async fn read_head(s: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).to_ascii_lowercase()
+}
+
+/// A client that pipelines more than a head's bound behind its held long-poll, then goes
+/// away, ends the long-poll (and gives its place back) at once, not at its timeout.
+#[tokio::test]
+async fn a_held_request_whose_client_pipelines_past_the_bound_then_leaves_is_ended() {
+    let h = hostile();
+    let before = held_now(h, "longpoll");
+    let mut s = TcpStream::connect(addr(&h.fx)).await.unwrap();
+    s.write_all(b"GET /feeds/held/?order=created&timeout=120 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let held = held_reaches(h, "longpoll", before + 1.0, Duration::from_secs(10)).await;
+    assert_eq!(held, before + 1.0, "the long-poll is held");
+    let pipelined = format!("GET /feeds/held/ HTTP/1.1\r\nHost: x\r\nX-Pad: {}", "p".repeat(20 * 1024));
+    let _ = s.write_all(pipelined.as_bytes()).await;
+    drop(s);
+    let after = held_reaches(h, "longpoll", before, Duration::from_secs(5)).await;
+    assert_eq!(after, before, "the long-poll ended when its client went away");
+}
+
+/// RFC 9110 §8.6: a 304 carries no `Content-Length`, or the one its 200 would have. On
+/// the plain path and on hyper's (HTTP/1.0).
+#[tokio::test]
+async fn a_not_modified_answer_has_no_zero_length() {
+    let fx = &hostile().fx;
+    let client = reqwest::Client::new();
+    let res = put_entry(&client, &fx.base, "hostile", "nm", BOT, &small_entry("nm")).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let (full, _, _) = exchange(fx, &get("/feeds/hostile/?max=5")).await;
+    let full = full.expect("a page");
+    let etag = full.head.lines().find_map(|l| l.strip_prefix("etag: ")).expect("an etag").trim().to_string();
+    for version in ["1.1", "1.0"] {
+        let request = format!(
+            "GET /feeds/hostile/?max=5 HTTP/{version}\r\nHost: x\r\nIf-None-Match: {etag}\r\nConnection: close\r\n\r\n"
+        );
+        let (answer, _, _) = exchange(fx, request.as_bytes()).await;
+        let answer = answer.expect("an answer");
+        assert_eq!(answer.status, 304, "HTTP/{version}: {answer:?}");
+        let length = answer.head.lines().find_map(|l| l.strip_prefix("content-length: "));
+        assert!(
+            length.is_none() || length == full.head.lines().find_map(|l| l.strip_prefix("content-length: ")),
+            "HTTP/{version}: {answer:?}"
+        );
+    }
 }

@@ -196,10 +196,15 @@ async fn forwarding_headers_name_the_client_only_from_a_trusted_proxy() {
     let sf = Standalone::start("trusted_proxies = [\"10.0.0.0/8\", \"127.0.0.1\"]\n", &["rated"], limits);
     let clients = |i: usize| format!("198.51.100.{}, 10.1.1.1", i + 1);
     assert_eq!(refused_of(&sf, 8, "x-forwarded-for", clients).await, 0, "eight clients behind the proxy");
-    let forwarded = |i: usize| format!("for=\"[2001:db8::{:x}]:4711\";proto=https", i + 1);
-    assert_eq!(refused_of(&sf, 8, "forwarded", forwarded).await, 0, "RFC 7239's header too");
     let one = |_| "203.0.113.5".to_string();
     assert!(refused_of(&sf, 8, "x-forwarded-for", one).await >= 5, "one client over its rate");
+    // The proxy writes X-Forwarded-For: a client's own Forwarded header is passed on as it
+    // sent it and names whom it likes. Not believed, it leaves every request on one bucket.
+    let forwarded = |i: usize| format!("for=\"[2001:db8::{:x}]:4711\";proto=https", i + 1);
+    assert!(refused_of(&sf, 8, "forwarded", forwarded).await >= 5, "a client's Forwarded is not believed");
+    // Behind a proxy that writes RFC 7239's header, that one names the clients.
+    let sf = Standalone::start("trusted_proxies = [\"127.0.0.1\"]\nproxy_header = \"forwarded\"\n", &["rated"], limits);
+    assert_eq!(refused_of(&sf, 8, "forwarded", forwarded).await, 0, "RFC 7239's header, when the proxy writes it");
     // Not trusted (another peer than the proxies named, or none named): the headers are
     // ignored, and every request counts against the peer's own address.
     for trusted in ["trusted_proxies = [\"10.0.0.0/8\"]\n", ""] {

@@ -150,3 +150,26 @@ async fn a_callback_that_redirects_is_not_followed() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(target.verifications().is_empty(), "the redirect was followed: {:?}", target.verifications());
 }
+
+/// With an `/etc/resolv.conf` that names no name server (here an empty one, bind-mounted
+/// over the machine's in a mount namespace of its own), the service starts, serves, and
+/// says what it does instead: ask the local host's name server, as the C library does.
+#[tokio::test]
+async fn a_resolv_conf_without_name_servers_does_not_stop_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("resolv.conf");
+    std::fs::write(&empty, "# no nameserver line\n").unwrap();
+    let script = format!("mount --bind {} /etc/resolv.conf && exec \"$0\" \"$@\"", empty.display());
+    // unshare (util-linux) and mount need root, as the test suite runs.
+    let sf = Standalone::start_under(
+        &["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", &script],
+        "",
+        &["plain"],
+        "",
+    );
+    let res = reqwest::get(format!("{}/feeds/plain/", sf.base)).await.expect("an answer");
+    assert_eq!(res.status(), 200, "{}", sf.log());
+    let log = sf.log();
+    assert!(log.contains("no usable DNS configuration"), "{log}");
+    assert!(log.contains("127.0.0.1:53"), "{log}");
+}

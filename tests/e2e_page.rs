@@ -53,8 +53,8 @@ fn http() -> reqwest::Client {
     reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("a client")
 }
 
-/// An Atom entry: a title, authors, categories and the `<content>` (or nothing) as written,
-/// updated now.
+/// An Atom entry written now: a title, authors, categories and the `<content>` (or nothing)
+/// as written. The page shows an entry's own `updated`, so "just now".
 fn atom(title: &str, authors: &[&str], categories: &[&str], content: &str) -> String {
     let mut s = format!("<entry xmlns=\"{ATOM}\"><title>{}</title>", esc(title));
     for a in authors {
@@ -64,7 +64,6 @@ fn atom(title: &str, authors: &[&str], categories: &[&str], content: &str) -> St
         s.push_str(&format!("<category term=\"{}\"/>", esc(c)));
     }
     s.push_str(content);
-    // Dated now, as the page's "just now" expects (the page shows an entry's own dates).
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     s.push_str(&format!("<updated>{now}</updated></entry>"));
     s

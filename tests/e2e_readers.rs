@@ -1,8 +1,6 @@
 //! End to end, what real feed readers make of the documents smartfeeds serves: the real
 //! binary with `[http]` and a hub, a real XMPP server beside it, and
 //!
-//! - every face showing an entry's own dates (`published`, `updated`), not the times the
-//!   item entered the feed;
 //! - `newsboat` (Debian package `newsboat`), run headless on an Atom view, listing every
 //!   entry with its title and its own date (read back from its SQLite cache);
 //! - `feedparser` (Debian package `python3-feedparser`, through `tests/readers/bozo.py`)
@@ -32,8 +30,7 @@ fn shared() -> &'static HttpFixture {
     SHARED.get_or_start(|| {
         HttpFixture::start(|port| {
             let mut tables = http_table(port, "archive_page = 2\n", &["bot"]) + HUB;
-            for (name, title) in [("dates", "Dates"), ("newsboat", "Newsboat"), ("bozo", "Bozo"), ("schema", "Schema")]
-            {
+            for (name, title) in [("newsboat", "Newsboat"), ("bozo", "Bozo"), ("schema", "Schema")] {
                 tables.push_str(&titled_feed(name, title));
             }
             tables
@@ -76,51 +73,11 @@ async fn get(path: &str, accept: &str) -> String {
     res.text().await.expect("a body")
 }
 
-async fn get_json(path: &str) -> Value {
-    serde_json::from_str(&get(path, "application/json").await).expect("JSON")
-}
-
 /// A Debian program's path, or a failure naming the package to install.
 fn program(path: &str, package: &str) -> PathBuf {
     let p = PathBuf::from(path);
     assert!(p.exists(), "{path} is missing: install the Debian package {package} (apt-get install {package})");
     p
-}
-
-#[tokio::test]
-async fn every_face_shows_an_entry_s_own_dates() {
-    shared();
-    put("dates", "old", &dated("old", "Old news", Some("2001-02-03T04:05:06Z"), Some("2002-01-01T00:00:00+01:00")))
-        .await;
-    put("dates", "fresh", &dated("fresh", "No dates of its own", None, None)).await;
-    let (published, updated) = ("2001-02-03T04:05:06.000Z", "2001-12-31T23:00:00.000Z");
-
-    let doc = get_json("/feeds/dates/?order=created").await;
-    let items = doc["items"].as_array().expect("items");
-    assert_eq!((items[0]["published"].as_str(), items[0]["updated"].as_str()), (Some(published), Some(updated)));
-    // Without dates of its own, an item shows when it entered the feed: its cursor's time.
-    let fresh = &items[1];
-    let cursor_t: i64 = fresh["cursor"].as_str().unwrap().split('_').next().unwrap().parse().unwrap();
-    assert_eq!(fresh["published"].as_str(), Some(feed::position::rfc3339(cursor_t).as_str()), "{fresh}");
-
-    let jf: Value = serde_json::from_str(&get("/feeds/dates/?order=created&format=json-feed", "*/*").await).unwrap();
-    let first = &jf["items"][0];
-    assert_eq!((first["date_published"].as_str(), first["date_modified"].as_str()), (Some(published), Some(updated)));
-
-    let atom = get("/feeds/dates/?order=created&format=atom", "*/*").await;
-    let feed = feed_rs::parser::parse(atom.as_bytes()).expect("feed-rs reads the Atom answer");
-    let old = &feed.entries[0];
-    assert_eq!(old.published.map(|t| t.to_rfc3339()), Some("2001-02-03T04:05:06+00:00".into()));
-    assert_eq!(old.updated.map(|t| t.to_rfc3339()), Some("2001-12-31T23:00:00+00:00".into()));
-
-    let page = get("/?feed=dates", "text/html").await;
-    let at = page.find("data-id=\"old\"").expect("the page shows the entry");
-    let item = &page[at..at + page[at..].find("</article>").expect("the item's end")];
-    assert!(item.contains(&format!("<time datetime=\"{published}\"")), "{item}");
-    assert!(item.contains("years ago</time> · updated <time"), "the page says how long ago, in years: {item}");
-    let at = page.find("data-id=\"fresh\"").expect("the page shows the other entry");
-    let item = &page[at..at + page[at..].find("</article>").expect("the item's end")];
-    assert!(item.contains(">just now</time>"), "{item}");
 }
 
 /// The entries' titles and dates (Unix seconds) in newsboat's cache, by title.

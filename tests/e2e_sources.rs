@@ -431,7 +431,7 @@ async fn bad_sources_are_logged_retried_or_stopped_and_nothing_else_waits_for_th
         ("b404", "answered 404"),
         ("b500", "answered 500"),
         ("bslow", "timed out"),
-        ("bmalformed", "not a feed document"),
+        ("bmalformed", "not well-formed XML"),
         ("bbig", "larger than sources.max_bytes"),
         ("bloop", "more than 5 redirects"),
     ] {

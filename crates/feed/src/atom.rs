@@ -118,27 +118,15 @@ pub fn entry_fields(entry: &Element) -> Result<Entry, EntryError> {
     Ok(Entry { xml, atom_id, author, categories })
 }
 
-/// An item's dates as readers are shown them, Unix milliseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Dates {
-    pub published: i64,
-    pub updated: i64,
-}
-
-/// The dates readers see of an item: the entry's own `atom:published` and `atom:updated`
-/// (RFC 3339); when it has one of them only, that one is both; when it has neither (or
-/// they do not parse), the item's times in the feed, `created` and `modified`. The times
-/// in the feed stay the cursors' own. `entry` is `None` for a tombstone.
-pub fn dates(entry: Option<&Element>, created: i64, modified: i64) -> Dates {
-    let own = |name: &str| {
-        let text = entry?.get_child(name, ATOM)?.text();
+/// An entry's own `<published>` and `<updated>` times, Unix ms, where it has them as RFC 3339
+/// times (Atom's date construct); see [`Item::dates`](crate::Item::dates) for the rule readers
+/// get.
+pub fn entry_times(entry: &Element) -> (Option<i64>, Option<i64>) {
+    let time = |name: &str| {
+        let text = entry.get_child(name, ATOM)?.text();
         chrono::DateTime::parse_from_rfc3339(text.trim()).ok().map(|t| t.timestamp_millis())
     };
-    match (own("published"), own("updated")) {
-        (Some(published), Some(updated)) => Dates { published, updated },
-        (Some(t), None) | (None, Some(t)) => Dates { published: t, updated: t },
-        (None, None) => Dates { published: created, updated: modified },
-    }
+    (time("published"), time("updated"))
 }
 
 /// RFC 6721 `<deleted-entry xmlns="http://purl.org/atompub/tombstones/1.0" ref="…" when="…"/>`.
@@ -295,20 +283,5 @@ mod tests {
     fn bad_stored_xml() {
         assert!(parse_stored("<entry").is_err());
         assert!(parse_stored("").is_err());
-    }
-
-    #[test]
-    fn an_entry_s_own_dates_come_first_then_each_other_then_the_feed_s() {
-        let entry =
-            |children: &str| -> Element { format!("<entry xmlns='{ATOM}'>{children}</entry>").parse().unwrap() };
-        let (p, u) = ("<published>2001-02-03T04:05:06Z</published>", "<updated>2002-01-01T00:00:00.5+01:00</updated>");
-        let (p_ms, u_ms) = (981_173_106_000, 1_009_839_600_500);
-        let both = dates(Some(&entry(&format!("{u}{p}"))), 7, 9);
-        assert_eq!(both, Dates { published: p_ms, updated: u_ms });
-        assert_eq!(dates(Some(&entry(p)), 7, 9), Dates { published: p_ms, updated: p_ms });
-        assert_eq!(dates(Some(&entry(u)), 7, 9), Dates { published: u_ms, updated: u_ms });
-        assert_eq!(dates(Some(&entry("<updated> yesterday </updated>")), 7, 9), Dates { published: 7, updated: 9 });
-        assert_eq!(dates(Some(&entry("")), 7, 9), Dates { published: 7, updated: 9 });
-        assert_eq!(dates(None, 7, 9), Dates { published: 7, updated: 9 });
     }
 }

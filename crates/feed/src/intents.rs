@@ -71,8 +71,7 @@ impl dyn WriteTx + '_ {
     /// with WebSub subscriptions.
     fn commit(&mut self, feed: &FeedRow, old: Option<Item>, item: Item, order: Order) -> Result<(), FeedError> {
         let created = old.is_none();
-        let hub_views = self.hub_views(feed.id)?;
-        let mut names = self.subscribed_views(feed.id)?;
+        let (mut names, hub_views) = self.followed_views(feed.id)?;
         names.extend(hub_views.iter().cloned());
         names.sort_unstable();
         names.dedup();

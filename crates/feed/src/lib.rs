@@ -39,7 +39,7 @@ pub mod service;
 pub use change::{Change, ViewChange};
 pub use cursor::Cursor;
 pub use error::FeedError;
-pub use item::{Entry, Item, Key, Payload};
+pub use item::{Dates, Entry, Item, Key, Payload};
 pub use node::{Filter, NodeName, Order, OrderBy, View};
 pub use policy::{Action, Policy};
 pub use ports::{ReadTx, Store, StoreError, WriteTx};

@@ -126,6 +126,11 @@ pub trait ReadTx {
 
     /// Canonical names of the views of this feed that have at least one WebSub subscription.
     fn hub_views(&self, feed: i64) -> StoreResult<Vec<String>>;
+    /// [`subscribed_views`](Self::subscribed_views) and [`hub_views`](Self::hub_views)
+    /// together: every write asks both, and a store may answer them with one read.
+    fn followed_views(&self, feed: i64) -> StoreResult<(Vec<String>, Vec<String>)> {
+        Ok((self.subscribed_views(feed)?, self.hub_views(feed)?))
+    }
     /// WebSub subscriptions of every feed with an id above `after`, by id, at most `limit`.
     fn hub_subscriptions(&self, after: i64, limit: usize) -> StoreResult<Vec<HubSubscription>>;
     /// WebSub subscriptions to any view of one feed, by view and callback.
@@ -206,7 +211,7 @@ pub trait Store: Clone + Send + Sync + 'static {
 }
 
 /// Which feeds this instance pushes, when several instances share one store (see
-/// `store::postgres::relay`): feeds are spread over `of` shards by id, and an instance
+/// `store_postgres::push_shards`): feeds are spread over `of` shards by id, and an instance
 /// pushes (XMPP and WebSub) the feeds of the shards it holds. `None` where one instance
 /// pushes everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -8,7 +8,11 @@
 //!   `header_timeout`, counted from the moment the connection is ready for it: a slow-loris
 //!   client, or a kept-alive connection left idle, is closed when it runs out;
 //! - at most [`MAX_HEADERS`] headers and [`MAX_HEAD`] bytes of head: 431 past them, 414
-//!   for a longer request target;
+//!   for a request line longer than the head's bound (on a connection already handed to
+//!   hyper, 431 for that too);
+//! - a client that pipelines more than a head's bound behind a request not yet answered is
+//!   disconnected (its request ended), since its leaving could no longer be seen;
+//! - a 304 carries no `Content-Length` (RFC 9110 §8.6);
 //! - hyper refuses odd framing with 400 and closes the connection: `Content-Length`
 //!   repeated with different values or not a number, obsolete line folding, a
 //!   `Transfer-Encoding` whose last coding is not `chunked`, white space before a colon.
@@ -102,7 +106,14 @@ pub async fn serve(
                         req.extensions_mut().insert(ConnectInfo(peer));
                         req.map(axum::body::Body::new)
                     })
-                    .and_then(|res| async { Ok::<_, std::convert::Infallible>(super::later::answer(res).await) });
+                    .and_then(|res| async {
+                        let mut res = super::later::answer(res).await;
+                        if res.status() == axum::http::StatusCode::NOT_MODIFIED {
+                            // As on the plain path: the router's zero is not the 200's length.
+                            res.headers_mut().remove(axum::http::header::CONTENT_LENGTH);
+                        }
+                        Ok::<_, std::convert::Infallible>(res)
+                    });
                 let io = TokioIo::new(rewind::Rewind::new(read, tcp));
                 // Boxed: the task keeps only what the plain path needs while it serves.
                 let conn = Box::pin(watcher.watch(http1.serve_connection(io, TowerToHyperService::new(service))));

@@ -1,6 +1,6 @@
 //! The one error type of the HTTP face: every refusal is a status and a JSON body
 //! `{"error": CONDITION, "text": "…"}` (SPEC §9), with `WWW-Authenticate: Bearer` on 401 and
-//! `Retry-After` on 429. [`ApiError::from_feed`] is the table from the core's errors.
+//! `Retry-After` on 429 and 503. [`ApiError::from_feed`] is the table from the core's errors.
 
 use super::actor::Actor;
 use super::answers::ErrorJson;
@@ -16,6 +16,9 @@ pub struct ApiError {
     pub text: String,
     pub retry_after: Option<u64>,
 }
+
+/// Seconds a request refused for want of a held place is told to wait.
+const HELD_FULL_RETRY: u64 = 5;
 
 /// The most characters of a client's input an error text quotes.
 const QUOTE: usize = 64;
@@ -50,6 +53,18 @@ impl ApiError {
         ApiError {
             retry_after: Some(retry_after),
             ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "resource-constraint", "too many requests; slow down")
+        }
+    }
+
+    /// Every place for a held request is taken (`[http] max_held`).
+    pub fn held_full() -> ApiError {
+        ApiError {
+            retry_after: Some(HELD_FULL_RETRY),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "resource-constraint",
+                "too many long-polls and event streams are held; try again",
+            )
         }
     }
 

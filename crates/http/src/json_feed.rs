@@ -11,7 +11,7 @@
 use super::formats::{ATOM, Doc, with_items};
 use crate::answers::{JsonFeed, JsonFeedAuthor, JsonFeedExtension, JsonFeedHub, JsonFeedItem, JsonFeedItemExtension};
 use feed::position::rfc3339;
-use feed::{Cursor, Item};
+use feed::{Cursor, Item, Payload};
 use minidom::Element;
 
 pub const CONTENT_TYPE: &str = "application/feed+json; charset=utf-8";
@@ -53,8 +53,8 @@ pub fn item(item: &Item, cursor: &str) -> JsonFeedItem {
 }
 
 /// [`item`] with the entry already [`parsed`](crate::formats::parsed).
-pub fn item_of(item: &Item, entry: Option<&Element>, cursor: &str) -> JsonFeedItem {
-    let dates = feed::atom::dates(entry, item.created.t, item.modified.t);
+pub fn item_of(item: &Item, parsed: Option<&Element>, cursor: &str) -> JsonFeedItem {
+    let dates = item.dates(parsed);
     let mut j = JsonFeedItem {
         id: item.atom_id.clone().unwrap_or_else(|| item.id.clone()),
         url: None,
@@ -68,11 +68,10 @@ pub fn item_of(item: &Item, entry: Option<&Element>, cursor: &str) -> JsonFeedIt
         tags: item.categories.clone(),
         smartfeeds: JsonFeedItemExtension { id: item.id.clone(), cursor: cursor.to_string(), deleted: None },
     };
-    if let Some(e) = entry {
-        entry_fields(e, &mut j);
-    }
-    if item.is_deleted() {
-        j.smartfeeds.deleted = Some(true);
+    match (&item.payload, parsed) {
+        (_, Some(e)) => entry_fields(e, &mut j),
+        (Payload::Tombstone { .. }, _) => j.smartfeeds.deleted = Some(true),
+        (Payload::Entry(_), None) => {}
     }
     // JSON Feed: every item has content of one kind or the other.
     if j.content_html.is_none() && j.content_text.is_none() {
@@ -124,7 +123,6 @@ fn content(c: &Element) -> Content {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use feed::Payload;
 
     fn entry(xml: &str) -> Item {
         let item = crate::test_item("k1", Payload::Entry(xml.into()));

@@ -6,7 +6,7 @@
 //!
 //! Files: `connections` (how connections are taken: their cap and timeouts, the head's
 //! bounds), `client_addr` (a client's address behind trusted proxies), `bounds` (what a request's path and body must keep to), `actor` (who a request is), `answers` (the JSON bodies, typed), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
-//! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry), `later` (answers given
+//! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry), `held_places` (the bound on held requests), `later` (answers given
 //! after the layers are done: held long-polls),
 //! `single_flight` (one read shared by many waiters), `generations` (each feed's change
 //! generation), `answer_cache` (ETags from it, hot answers as bytes), `rendered` (an item's
@@ -31,6 +31,7 @@ pub mod connections;
 pub mod cors;
 pub mod errors;
 pub mod formats;
+pub mod held_places;
 pub use feed::generations;
 pub mod html_page;
 pub mod hub;
@@ -98,6 +99,8 @@ pub struct HttpState<S: Store> {
     pub settings: Settings,
     pub tokens: Tokens,
     pub wakeups: Arc<longpoll::Wakeups>,
+    /// The places for held requests (`[http] max_held`).
+    pub held: Arc<held_places::HeldPlaces>,
     /// Shared re-reads of woken long-polls: by actor and request, for a wake-up generation.
     pub flights: PullFlights,
     /// Shared reads of event streams at the same place, and their events' bytes.

@@ -130,7 +130,7 @@ impl Wakeups {
     }
 
     /// Wakes every holder of a view of `feed`, or of any feed: for changes committed by
-    /// another instance, which are known by feed only (see `store::postgres::notices`).
+    /// another instance, which are known by feed only (see `store_postgres::commit_notices`).
     /// Holders re-read, and those with nothing new wait again.
     pub fn wake_feed(&self, feed: Option<&str>) {
         let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);

@@ -11,6 +11,7 @@ use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
 use super::formats::{Doc, Format, jsonp};
+use super::held_places::Place;
 use super::longpoll::Held;
 use super::query::FeedQuery;
 use super::resolve::{SEGMENT, common_headers, feed_base, resolve};
@@ -100,8 +101,9 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
     if !read.1.items.is_empty() {
         return Ok(asking.answer(&st, &read));
     }
+    let place = st.held.take().ok_or_else(ApiError::held_full)?;
     let deadline = Instant::now() + Duration::from_secs(timeout);
-    Ok(later::later(long_poll(st, actor, req, held, read, deadline, asking)))
+    Ok(later::later(long_poll(st, actor, req, (held, place), read, deadline, asking)))
 }
 
 /// What a page answer is made of besides the page; what a held long-poll keeps of its request.
@@ -226,7 +228,7 @@ fn long_poll<S: Store>(
     st: Arc<HttpState<S>>,
     actor: Actor,
     req: PullRequest,
-    mut held: Held,
+    (mut held, place): (Held, Place),
     mut read: Arc<(i64, Page)>,
     deadline: Instant,
     asking: Asking,
@@ -234,7 +236,7 @@ fn long_poll<S: Store>(
     // A block, not an `async fn`: its captures are kept once, where an `async fn` keeps its
     // arguments twice (they are moved into locals), and this is what a held long-poll costs.
     async move {
-        let _held = st.metrics.held("longpoll");
+        let _held = (st.metrics.held("longpoll"), place);
         let mut until = std::pin::pin!(tokio::time::sleep_until(deadline));
         // A stop wakes every held request (see `serve`); one that registered after sees it here.
         while !st.is_closing() {

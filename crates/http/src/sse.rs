@@ -7,6 +7,7 @@
 use super::HttpState;
 use super::auth::Actor;
 use super::errors::ApiError;
+use super::held_places::Place;
 use super::longpoll::Held;
 use super::pull::shared_read;
 use super::query::FeedQuery;
@@ -61,6 +62,7 @@ struct Streaming<S: Store> {
     caught_up: Option<u64>,
     held: Held,
     _metric: HeldGuard,
+    _place: Place,
 }
 
 /// Answers `GET` with `Accept: text/event-stream`.
@@ -87,6 +89,7 @@ pub async fn stream<S: Store>(
     };
     // Registered before the first read, so nothing committed from here on is missed. Streams
     // starting on the same view between two of its changes share these reads.
+    let place = st.held.take().ok_or_else(ApiError::held_full)?;
     let held = st.wakeups.hold(asc);
     let pos = match start {
         Some(p) => Some(p),
@@ -116,6 +119,7 @@ pub async fn stream<S: Store>(
         caught_up: None,
         held,
         _metric,
+        _place: place,
     };
     let events = futures::stream::unfold(state, step).map(Ok::<_, Infallible>);
     let mut res = Response::new(Body::from_stream(events));

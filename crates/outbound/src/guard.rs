@@ -3,7 +3,7 @@
 use crate::address::{is_local_name, is_public};
 use crate::config::OutboundConfig;
 use hickory_resolver::TokioResolver;
-use hickory_resolver::config::{NameServerConfig, ResolverConfig};
+use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::proto::xfer::Protocol;
 use std::net::{IpAddr, SocketAddr};
@@ -23,6 +23,34 @@ pub enum Refused {
     Unresolved,
 }
 
+/// The system's resolver configuration.
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// A configuration asking these name servers, over UDP and TCP.
+fn servers(addrs: &[SocketAddr]) -> ResolverConfig {
+    let mut c = ResolverConfig::new();
+    for &addr in addrs {
+        c.add_name_server(NameServerConfig::new(addr, Protocol::Udp));
+        c.add_name_server(NameServerConfig::new(addr, Protocol::Tcp));
+    }
+    c
+}
+
+/// The system's configuration from `resolv.conf`'s bytes. Where the file is missing, cannot
+/// be read or names no name server, the name server on the local host, as the C library's
+/// resolver does then: the service starts, and outbound names fail to resolve when they are
+/// used if nothing answers there (logged once here, and with each failed request).
+fn system_config(read: std::io::Result<Vec<u8>>) -> (ResolverConfig, ResolverOpts) {
+    let parsed = read
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| hickory_resolver::system_conf::parse_resolv_conf(bytes).map_err(|e| e.to_string()));
+    parsed.unwrap_or_else(|why| {
+        let local = SocketAddr::from(([127, 0, 0, 1], 53));
+        tracing::warn!(file = RESOLV_CONF, error = %why, name_server = %local, "no usable DNS configuration; asking the local host's name server");
+        (servers(&[local]), ResolverOpts::default())
+    })
+}
+
 /// Resolves the host names of outbound requests, keeping only public addresses unless
 /// private ones are allowed. The [`Client`](crate::Client) connects through it, so the
 /// addresses checked are the addresses connected to.
@@ -38,16 +66,12 @@ pub struct Guard {
 impl Guard {
     /// A guard asking `config`'s name servers (the system's when none are set).
     pub fn new(config: &OutboundConfig, allow_private: bool) -> Result<Guard, String> {
-        let builder = if config.nameservers.is_empty() {
-            TokioResolver::builder_tokio().map_err(|e| format!("the system's DNS configuration: {e}"))?
+        let (c, options) = if config.nameservers.is_empty() {
+            system_config(std::fs::read(RESOLV_CONF))
         } else {
-            let mut c = ResolverConfig::new();
-            for &addr in &config.nameservers {
-                c.add_name_server(NameServerConfig::new(addr, Protocol::Udp));
-                c.add_name_server(NameServerConfig::new(addr, Protocol::Tcp));
-            }
-            TokioResolver::builder_with_config(c, TokioConnectionProvider::default())
+            (servers(&config.nameservers), ResolverOpts::default())
         };
+        let builder = TokioResolver::builder_with_config(c, TokioConnectionProvider::default()).with_options(options);
         Ok(Guard { resolver: builder.build(), allow_private, treated_as_public: std::sync::Arc::new([]) })
     }
 
@@ -136,5 +160,23 @@ impl reqwest::dns::Resolve for Guard {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(c: &ResolverConfig) -> Vec<String> {
+        c.name_servers().iter().map(|n| format!("{:?} {}", n.protocol, n.socket_addr)).collect()
+    }
+
+    #[test]
+    fn without_a_name_server_the_local_host_is_asked() {
+        let local = ["Udp 127.0.0.1:53", "Tcp 127.0.0.1:53"];
+        assert_eq!(names(&system_config(Ok(b"search example.com\n".to_vec())).0), local);
+        assert_eq!(names(&system_config(Err(std::io::ErrorKind::NotFound.into())).0), local);
+        let named = system_config(Ok(b"nameserver 192.0.2.53\n".to_vec())).0;
+        assert_eq!(names(&named), ["Udp 192.0.2.53:53", "Tcp 192.0.2.53:53"]);
     }
 }

@@ -5,16 +5,26 @@
 //! Every call blocks its thread on the runtime ([`tokio::runtime::Handle::block_on`]): the
 //! core's closures are synchronous, so they run on a blocking thread (a reader's
 //! `spawn_blocking` or the writer's own thread), never on an async worker.
+//!
+//! Each of those calls is a round trip to the server, which is what a write costs most
+//! (a publish is a dozen statements). So writes whose only answer is a count to check
+//! ([`Statements::write`]) are kept pending and sent in one pipeline with the next
+//! statement that needs an answer, or with the end of the closure ([`PgConn::round_trip`]):
+//! in order, each checked, the first failure failing the closure as it would have at once.
 
 use crate::payload;
 use deadpool_postgres::Object;
 use feed::outbox::OutboxEntry;
-use feed::ports::{StoreError, StoreResult};
+use feed::ports::{FeedRow, StoreError, StoreResult};
 use feed::{Cursor, Item, Key};
+use futures::future::join_all;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use store_sql::dialect::{Arg, Dialect, Statement};
-use store_sql::driver::{Columns, Statements};
+use store_sql::driver::{Columns, Expect, Statements};
 use tokio::runtime::Handle;
 use tokio_postgres::Row;
 use tokio_postgres::Statement as Prepared;
@@ -23,19 +33,151 @@ use tokio_postgres::types::{FromSql, ToSql};
 /// A parameter of a statement.
 pub(crate) type Param<'a> = &'a (dyn ToSql + Sync);
 
+/// A parameter kept with a pending write.
+pub(crate) type Owned = Box<dyn ToSql + Sync + Send>;
+
+/// How a blocking thread waits for the server: on the runtime the pool's connections run
+/// on, each wait a round trip (a pipeline of statements counts once), counted for the tests
+/// and benchmarks that measure what an operation costs.
+#[derive(Clone)]
+pub(crate) struct Blocking {
+    rt: Handle,
+    round_trips: Arc<AtomicU64>,
+}
+
+impl Blocking {
+    pub(crate) fn new(rt: Handle) -> Blocking {
+        Blocking { rt, round_trips: Arc::default() }
+    }
+
+    /// Waits for one round trip's future.
+    pub(crate) fn block_on<F: Future>(&self, round_trip: F) -> F::Output {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.rt.block_on(round_trip)
+    }
+
+    /// Waits for a future that asks nothing of the server (a pooled connection), uncounted.
+    pub(crate) fn wait<F: Future>(&self, local: F) -> F::Output {
+        self.rt.block_on(local)
+    }
+
+    /// The round trips made so far.
+    pub(crate) fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+}
+
+/// The parameters of a pending write, each moved or copied in: `owned![a, b]`.
+macro_rules! owned {
+    ($($v:expr),* $(,)?) => { vec![$(Box::new($v) as $crate::connection::Owned),*] };
+}
+pub(crate) use owned;
+
+/// A write sent with the next statement (see the module's doc).
+struct Pending {
+    sql: String,
+    params: Vec<Owned>,
+    expect: Expect,
+}
+
 /// A connection inside a transaction the caller owns (a `REPEATABLE READ READ ONLY`
 /// snapshot for readers, the batch's write transaction for the writer).
 pub(crate) struct PgConn<'c> {
     client: &'c Object,
-    rt: &'c Handle,
+    blocking: &'c Blocking,
     /// The first statement that failed. PostgreSQL aborts the transaction (or savepoint) on
     /// any error, so a closure that went on after one cannot succeed: its caller gets this.
     failed: RefCell<Option<StoreError>>,
+    /// Writes not sent yet, in order.
+    pending: RefCell<Vec<Pending>>,
+    /// The feeds' rows the writer's batch holds locked, by name (none in a read snapshot).
+    locked: Option<&'c LockedFeeds>,
 }
 
+/// The rows of the feeds a write transaction has locked, as it has them.
+pub(crate) type LockedFeeds = RefCell<HashMap<String, FeedRow>>;
+
 impl<'c> PgConn<'c> {
-    pub(crate) fn new(client: &'c Object, rt: &'c Handle) -> PgConn<'c> {
-        PgConn { client, rt, failed: RefCell::new(None) }
+    /// A connection in a read snapshot.
+    pub(crate) fn new(client: &'c Object, blocking: &'c Blocking) -> PgConn<'c> {
+        PgConn::with(client, blocking, None)
+    }
+
+    /// A connection in the writer's batch transaction, which keeps the rows it locks in `locked`.
+    pub(crate) fn writing(client: &'c Object, blocking: &'c Blocking, locked: &'c LockedFeeds) -> PgConn<'c> {
+        PgConn::with(client, blocking, Some(locked))
+    }
+
+    fn with(client: &'c Object, blocking: &'c Blocking, locked: Option<&'c LockedFeeds>) -> PgConn<'c> {
+        PgConn { client, blocking, failed: RefCell::new(None), pending: RefCell::new(Vec::new()), locked }
+    }
+
+    /// The row of a feed the batch holds locked.
+    pub(crate) fn locked(&self, name: &str) -> Option<FeedRow> {
+        self.locked?.borrow().get(name).cloned()
+    }
+
+    /// Keeps a feed's row as the batch holds it locked.
+    pub(crate) fn lock_kept(&self, row: &FeedRow) {
+        if let Some(locked) = self.locked {
+            locked.borrow_mut().insert(row.name.clone(), row.clone());
+        }
+    }
+
+    /// Keeps a write to send with the next statement.
+    pub(crate) fn defer(&self, sql: impl Into<String>, params: Vec<Owned>, expect: Expect) {
+        self.pending.borrow_mut().push(Pending { sql: sql.into(), params, expect });
+    }
+
+    /// Sends the pending writes and then `last` in one pipeline, one round trip (two when
+    /// a statement is not prepared yet on this connection): whether the writes all did what
+    /// they were expected to (the first failure noted), and what `last` gave. A write that
+    /// failed aborts the transaction, so `last` then fails too.
+    pub(crate) fn round_trip<'s, T, F>(
+        &'s self,
+        last: impl FnOnce(&'s Object) -> F,
+    ) -> (StoreResult<()>, Result<T, tokio_postgres::Error>)
+    where
+        F: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let pending = self.pending.take();
+        let client = self.client;
+        let params: Vec<Vec<Param<'_>>> =
+            pending.iter().map(|p| p.params.iter().map(|b| b.as_ref() as Param<'_>).collect()).collect();
+        let run = async {
+            // Every statement prepared first (from the cache, mostly: at once), so that the
+            // pipeline goes out in the order the writes were given, `last` after them.
+            let prepared = join_all(pending.iter().map(|p| client.prepare_cached(&p.sql))).await;
+            let mut sends = Vec::with_capacity(pending.len());
+            for (st, params) in prepared.iter().zip(&params) {
+                match st {
+                    Ok(st) => sends.push(client.execute(st, params)),
+                    Err(_) => break,
+                }
+            }
+            let (sent, last) = futures::join!(join_all(sends), last(client));
+            (prepared, sent, last)
+        };
+        let (prepared, sent, last) = self.blocking.block_on(run);
+        let mut sent = sent.into_iter();
+        let mut outcome = Ok(());
+        for (p, st) in pending.iter().zip(prepared) {
+            let checked = match st.and_then(|_| sent.next().expect("one send for each prepared write")) {
+                Ok(changed) => p.expect.check(changed).inspect_err(|e| self.fail(e.clone())),
+                Err(e) => Err(self.note(e)),
+            };
+            if let Err(e) = checked {
+                outcome = Err(e);
+                break;
+            }
+        }
+        (outcome, last)
+    }
+
+    /// Drops the pending writes unsent: their closure failed, and its savepoint is rolled
+    /// back.
+    pub(crate) fn discard_pending(&self) {
+        self.pending.borrow_mut().clear();
     }
 
     /// The first failure since the transaction began (or since the last call), taken.
@@ -54,17 +196,19 @@ impl<'c> PgConn<'c> {
         e
     }
 
-    /// Runs `call` on a prepared `sql` from the connection's statement cache, blocking; a
-    /// failure is noted.
+    /// Runs `call` on a prepared `sql` from the connection's statement cache, after the
+    /// pending writes and in the same round trip; a failure is noted.
     fn cached<'s, T, F>(&'s self, sql: &str, call: impl FnOnce(&'s Object, Prepared) -> F) -> StoreResult<T>
     where
         F: Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        let run = async {
-            let st = self.client.prepare_cached(sql).await?;
-            call(self.client, st).await
-        };
-        self.rt.block_on(run).map_err(|e| self.note(e))
+        // Polled after the writes have gone out (see `round_trip`), so sent after them.
+        let (written, answer) = self.round_trip(|client| async move {
+            let st = client.prepare_cached(sql).await?;
+            call(client, st).await
+        });
+        written?;
+        answer.map_err(|e| self.note(e))
     }
 
     /// All the rows of a statement.
@@ -98,6 +242,13 @@ impl<'c> PgConn<'c> {
     }
 }
 
+impl Drop for PgConn<'_> {
+    fn drop(&mut self) {
+        // Every closure's writes are sent with the end of its savepoint, or discarded with it.
+        debug_assert!(self.pending.get_mut().is_empty() || std::thread::panicking(), "pending writes dropped unsent");
+    }
+}
+
 /// A shared statement's parameter as the driver takes it.
 fn param<'a>(a: &'a Arg<'_>) -> Param<'a> {
     match a {
@@ -119,6 +270,21 @@ impl Statements for PgConn<'_> {
     fn execute(&self, st: &Statement<'_>) -> StoreResult<u64> {
         let params: Vec<Param<'_>> = st.args.iter().map(param).collect();
         self.exec(&st.sql, &params)
+    }
+
+    fn write(&self, st: &Statement<'_>, expect: Expect) -> StoreResult<()> {
+        let params = st.args.iter().map(owned_arg).collect();
+        self.defer(st.sql.as_ref(), params, expect);
+        Ok(())
+    }
+}
+
+/// A shared statement's parameter, kept with a pending write.
+fn owned_arg(a: &Arg<'_>) -> Owned {
+    match *a {
+        Arg::Int(v) => Box::new(v),
+        Arg::Text(v) => Box::new(v.to_string()),
+        Arg::OptText(v) => Box::new(v.map(str::to_string)),
     }
 }
 

@@ -6,12 +6,12 @@
 //! that does not) are found without a failing statement, so they do not abort the
 //! savepoint; a closure may go on after them, as it can on the other stores.
 
-use crate::connection::PgConn;
+use crate::connection::{Owned, PgConn, owned};
 use crate::payload;
-use feed::ports::{StoreError, StoreResult};
+use feed::ports::{FeedRow, StoreError, StoreResult};
 use feed::{Change, Item};
 use store_sql::dialect::{Arg, Statement};
-use store_sql::driver::{FeedStatements, Statements};
+use store_sql::driver::{Expect, FeedStatements, Statements};
 
 impl FeedStatements for PgConn<'_> {
     /// `FOR NO KEY UPDATE`: publishers of this feed, in this process or another, queue here
@@ -45,32 +45,29 @@ impl FeedStatements for PgConn<'_> {
     }
 
     fn insert_item_row(&self, feed: i64, item: &Item) -> StoreResult<()> {
-        let (deleted, when, payload) = payload::columns(&item.payload);
         let (created, modified) = (item.created, item.modified);
-        let n = self.exec(
+        let mut params = owned![feed, item.id.clone(), created.seq, created.t, modified.seq, modified.t];
+        params.extend(version_columns(item));
+        self.defer(
             "INSERT INTO items(feed, id, cseq, ctime, mseq, mtime, author, atom_id, categories, deleted, when_ms, payload)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT DO NOTHING",
-            &[
-                &feed, &item.id, &created.seq, &created.t, &modified.seq, &modified.t, &item.author, &item.atom_id,
-                &item.categories, &deleted, &when, &payload,
-            ],
-        )?;
-        if n != 1 {
-            return Err(StoreError::Backend(format!("item {:?} or one of its seqs exists", item.id)));
-        }
+            params,
+            Expect::One(format!("item {:?} or one of its seqs exists", item.id)),
+        );
         Ok(())
     }
 
     fn update_item_row(&self, feed: i64, cseq: i64, new: &Item) -> StoreResult<()> {
-        let (deleted, when, payload) = payload::columns(&new.payload);
-        let at = new.modified;
-        self.exec(
+        let mut params = owned![feed, cseq, new.modified.seq, new.modified.t];
+        params.extend(version_columns(new));
+        self.defer(
             "UPDATE items SET mseq = $3, mtime = $4, author = $5, atom_id = $6, categories = $7, deleted = $8,
                  when_ms = $9, payload = $10
              WHERE feed = $1 AND cseq = $2",
-            &[&feed, &cseq, &at.seq, &at.t, &new.author, &new.atom_id, &new.categories, &deleted, &when, &payload],
-        )?;
+            params,
+            Expect::Any,
+        );
         Ok(())
     }
 
@@ -78,11 +75,13 @@ impl FeedStatements for PgConn<'_> {
         if terms.is_empty() {
             return Ok(());
         }
-        self.exec(
+        let terms: Vec<String> = terms.iter().map(|t| t.to_string()).collect();
+        self.defer(
             "INSERT INTO item_categories(feed, cseq, term, ctime, mtime, mseq)
              SELECT $1, $2, t, $3, $4, $5 FROM unnest($6::text[]) AS t",
-            &[&feed, &item.created.seq, &item.created.t, &item.modified.t, &item.modified.seq, &terms],
-        )?;
+            owned![feed, item.created.seq, item.created.t, item.modified.t, item.modified.seq, terms],
+            Expect::Any,
+        );
         Ok(())
     }
 
@@ -90,45 +89,55 @@ impl FeedStatements for PgConn<'_> {
     /// in this transaction: a change is owed to subscribers exactly when it is committed. A
     /// failure to log fails the closure, like any failed statement.
     fn emitted(&self, change: &Change) {
-        if !change.views.is_empty()
-            && let Err(e) = self.log_push(change)
-        {
-            // A failed statement is noted already; a row not written is noted here.
-            self.fail(e);
+        if !change.views.is_empty() {
+            self.log_push(change);
         }
     }
+
+    /// The writer's batch keeps the lock until its COMMIT: the row it has is the row.
+    fn locked_feed(&self, name: &str) -> Option<FeedRow> {
+        self.locked(name)
+    }
+
+    fn feed_locked(&self, row: &FeedRow) {
+        self.lock_kept(row);
+    }
+}
+
+/// What an item's version says, as `items` keeps it: author, atom id, categories, and the
+/// payload's columns.
+fn version_columns(item: &Item) -> Vec<Owned> {
+    let (deleted, when, payload) = payload::columns(&item.payload);
+    owned![item.author.clone(), item.atom_id.clone(), item.categories.clone(), deleted, when, payload.to_vec()]
 }
 
 impl PgConn<'_> {
     /// Appends a change to `push_log`, in its feed's shard.
-    fn log_push(&self, change: &Change) -> StoreResult<()> {
+    fn log_push(&self, change: &Change) {
         let (deleted, when, payload) = payload::columns(&change.item.payload);
-        let views: Vec<&str> = change.views.iter().map(|v| v.view.as_str()).collect();
+        let views: Vec<String> = change.views.iter().map(|v| v.view.clone()).collect();
         let counts: Vec<i64> = change.views.iter().map(|v| v.count.min(i64::MAX as u64) as i64).collect();
         let previous: Vec<Option<String>> = change.views.iter().map(|v| v.previous.map(|c| c.to_string())).collect();
         let last: Vec<String> = change.views.iter().map(|v| v.last.to_string()).collect();
-        let n = self.exec(
+        self.defer(
             "INSERT INTO push_log(feed, shard, item_id, created, modified, deleted, when_ms, payload,
                                   views, counts, previous, last)
              SELECT id, (id % $12)::int, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM feeds WHERE name = $1",
-            &[
-                &change.feed,
-                &change.item.id,
-                &change.created,
-                &change.item.modified.t,
-                &deleted,
-                &when,
-                &payload,
-                &views,
-                &counts,
-                &previous,
-                &last,
-                &i64::from(crate::push_shards::SHARDS),
+            owned![
+                change.feed.clone(),
+                change.item.id.clone(),
+                change.created,
+                change.item.modified.t,
+                deleted,
+                when,
+                payload.to_vec(),
+                views,
+                counts,
+                previous,
+                last,
+                i64::from(crate::push_shards::SHARDS),
             ],
-        )?;
-        if n == 0 {
-            return Err(StoreError::Backend(format!("cannot log a push: no feed {:?}", change.feed)));
-        }
-        Ok(())
+            Expect::Some(format!("cannot log a push: no feed {:?}", change.feed)),
+        );
     }
 }

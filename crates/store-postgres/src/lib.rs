@@ -44,7 +44,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-use crate::connection::PgConn;
+use crate::connection::{Blocking, PgConn};
 use crate::error::Db;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use feed::FeedError;
@@ -120,8 +120,8 @@ pub struct PostgresStore {
 struct Inner {
     writer: Arc<WriterThread<Box<dyn WriteJob>>>,
     pool: Pool,
-    /// The runtime the pool's connection tasks run on; blocking threads wait on it.
-    rt: Handle,
+    /// How blocking threads wait on the runtime the pool's connection tasks run on.
+    blocking: Blocking,
     /// This process's id in commit notices (never 0).
     instance: u64,
 }
@@ -152,10 +152,17 @@ impl PostgresStore {
         let mut client = pool.get().await.db()?;
         schema::migrate(&mut client).await?;
         drop(client);
-        let rt = Handle::current();
+        let blocking = Blocking::new(Handle::current());
         let instance = rand::random::<u64>() | 1;
-        let writer = Arc::new(writer::start(pool.clone(), rt.clone(), GroupCommit::new(sink, observer), instance)?);
-        Ok(PostgresStore { inner: Arc::new(Inner { writer, pool, rt, instance }) })
+        let commits = GroupCommit::new(sink, observer);
+        let writer = Arc::new(writer::start(pool.clone(), blocking.clone(), commits, instance)?);
+        Ok(PostgresStore { inner: Arc::new(Inner { writer, pool, blocking, instance }) })
+    }
+
+    /// The round trips to the server this store has made (a pipeline of statements counts
+    /// once): what the tests and benchmarks count an operation's cost in.
+    pub fn round_trips(&self) -> u64 {
+        self.inner.blocking.round_trips()
     }
 
     /// This process's id in the commit notices its writer sends (see [`commit_notices`]).
@@ -186,13 +193,13 @@ impl Inner {
 
     /// Runs `f` in one read-only snapshot on a pooled connection; blocking.
     fn snapshot<T>(&self, f: impl FnOnce(&dyn ReadTx) -> Result<T, FeedError>) -> Result<T, FeedError> {
-        let conn = writer::begin(&self.pool, &self.rt, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
-        let tx = SqlTx::new(PgConn::new(&conn, &self.rt));
+        let conn = writer::begin(&self.pool, &self.blocking, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
+        let tx = SqlTx::new(PgConn::new(&conn, &self.blocking));
         let out = catch_unwind(AssertUnwindSafe(|| f(&tx)));
         let failed = tx.driver().take_failure();
         drop(tx);
         // Nothing was written: COMMIT only ends the snapshot.
-        let end = self.rt.block_on(conn.batch_execute("COMMIT"));
+        let end = self.blocking.block_on(conn.batch_execute("COMMIT"));
         let Ok(out) = out else {
             tracing::error!("a store read closure panicked");
             discard(conn);

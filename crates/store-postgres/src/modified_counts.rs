@@ -4,9 +4,9 @@
 //! too. Buckets that empty are kept (at n = 0): every walk is bounded by the bucket ranges,
 //! not by the rows.
 
-use crate::connection::PgConn;
+use crate::connection::{PgConn, owned};
 use feed::ports::StoreResult;
-use store_sql::driver::ModifiedCounts;
+use store_sql::driver::{Expect, ModifiedCounts};
 use store_sql::modified_counts::{SHIFTS, bucket_start, buckets_below};
 
 /// The sum of every level's buckets below `mseq`'s within its parent (at the top: all),
@@ -48,12 +48,13 @@ impl ModifiedCounts for PgConn<'_> {
         if levels.is_empty() {
             return Ok(());
         }
-        self.exec(
+        self.defer(
             "INSERT INTO modified_counts(feed, level, bucket, n)
          SELECT $1, l, b, d FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS u(l, b, d)
          ON CONFLICT (feed, level, bucket) DO UPDATE SET n = modified_counts.n + excluded.n",
-            &[&feed, &levels, &changed, &deltas],
-        )?;
+            owned![feed, levels, changed, deltas],
+            Expect::Any,
+        );
         Ok(())
     }
 }

@@ -7,7 +7,7 @@
 //! feed take turns across processes, each batch holding the lock until its COMMIT.
 
 use crate::commit_notices;
-use crate::connection::PgConn;
+use crate::connection::{Blocking, LockedFeeds, Param, PgConn};
 use crate::error::retryable;
 use deadpool_postgres::{Object, Pool};
 use feed::Change;
@@ -17,7 +17,6 @@ use store_sql::batch::WriteJob;
 use store_sql::group_commit::{BatchTransaction, GroupCommit, next_batch};
 use store_sql::transaction::SqlTx;
 use store_sql::writer_thread::WriterThread;
-use tokio::runtime::Handle;
 use tokio::sync::mpsc::Receiver;
 
 /// How often getting a connection and beginning a transaction is tried before the callers
@@ -31,13 +30,13 @@ pub(crate) fn discard(conn: Object) {
 }
 
 /// Gets a pooled connection and runs `begin` on it, retrying on a lost connection.
-pub(crate) fn begin(pool: &Pool, rt: &Handle, begin: &str) -> Result<Object, StoreError> {
+pub(crate) fn begin(pool: &Pool, blocking: &Blocking, begin: &str) -> Result<Object, StoreError> {
     let mut last = StoreError::Busy("no attempt made".into());
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
             std::thread::sleep(Duration::from_millis(50 << attempt));
         }
-        let conn = match rt.block_on(pool.get()) {
+        let conn = match blocking.wait(pool.get()) {
             Ok(conn) => conn,
             Err(e) => {
                 last = crate::error::pool_error(e);
@@ -47,7 +46,7 @@ pub(crate) fn begin(pool: &Pool, rt: &Handle, begin: &str) -> Result<Object, Sto
                 return Err(last);
             }
         };
-        match rt.block_on(conn.batch_execute(begin)) {
+        match blocking.block_on(conn.batch_execute(begin)) {
             Ok(()) => return Ok(conn),
             Err(e) => {
                 discard(conn);
@@ -65,17 +64,17 @@ pub(crate) fn begin(pool: &Pool, rt: &Handle, begin: &str) -> Result<Object, Sto
 /// process's id in commit notices.
 pub(crate) fn start(
     pool: Pool,
-    rt: Handle,
+    blocking: Blocking,
     commits: GroupCommit,
     instance: u64,
 ) -> StoreResult<WriterThread<Box<dyn WriteJob>>> {
-    let writer = Writer { pool, rt, commits, instance };
+    let writer = Writer { pool, blocking, commits, instance };
     WriterThread::spawn("postgres-writer", move |jobs| writer.run(jobs))
 }
 
 struct Writer {
     pool: Pool,
-    rt: Handle,
+    blocking: Blocking,
     commits: GroupCommit,
     instance: u64,
 }
@@ -84,7 +83,13 @@ impl Writer {
     /// Serves jobs until the queue is closed and empty, a batch at a time.
     fn run(mut self, mut jobs: Receiver<Box<dyn WriteJob>>) {
         while let Some(batch) = next_batch(&mut jobs) {
-            let mut tx = Batch { pool: &self.pool, rt: &self.rt, instance: self.instance, conn: None };
+            let mut tx = Batch {
+                pool: &self.pool,
+                blocking: &self.blocking,
+                instance: self.instance,
+                conn: None,
+                locked: LockedFeeds::default(),
+            };
             self.commits.run(&mut tx, batch, |_| {});
         }
     }
@@ -93,9 +98,12 @@ impl Writer {
 /// One batch's transaction, on a pooled connection taken when it begins.
 struct Batch<'w> {
     pool: &'w Pool,
-    rt: &'w Handle,
+    blocking: &'w Blocking,
     instance: u64,
     conn: Option<Object>,
+    /// The rows of the feeds the batch has locked, as its closures left them: a closure that
+    /// publishes to a feed an earlier one locked reads its row from here, not the server.
+    locked: LockedFeeds,
 }
 
 impl Batch<'_> {
@@ -106,13 +114,18 @@ impl Batch<'_> {
 
 impl BatchTransaction for Batch<'_> {
     fn begin(&mut self) -> Result<(), StoreError> {
-        self.conn = Some(begin(self.pool, self.rt, "BEGIN; SAVEPOINT job")?);
+        self.conn = Some(begin(self.pool, self.blocking, "BEGIN; SAVEPOINT job")?);
         Ok(())
     }
 
+    /// The savepoint stays for the next closure: released and set again after a success, in
+    /// the round trip that sends the closure's pending writes; rolled back to (and kept) after
+    /// a failure, the pending writes never sent.
     fn run(&mut self, job: &mut dyn WriteJob) -> Result<Option<Vec<Change>>, StoreError> {
-        let (conn, rt) = (self.conn()?, self.rt);
-        let mut tx = SqlTx::new(PgConn::new(conn, rt));
+        let (conn, blocking) = (self.conn()?, self.blocking);
+        // What the closure finds locked; given back if it fails, as its savepoint is.
+        let before = self.locked.borrow().clone();
+        let mut tx = SqlTx::new(PgConn::writing(conn, blocking, &self.locked));
         let mut ok = job.run(&mut tx);
         // A statement that failed aborted the savepoint, whatever the closure made of it.
         if let Some(e) = tx.driver().take_failure() {
@@ -121,31 +134,55 @@ impl BatchTransaction for Batch<'_> {
             }
             ok = false;
         }
-        let emitted = tx.take_changes();
-        // The savepoint stays for the next closure: released and set again after a success,
-        // rolled back to (and kept) after a failure. One round trip each.
-        let end = if ok { "RELEASE SAVEPOINT job; SAVEPOINT job" } else { "ROLLBACK TO SAVEPOINT job" };
-        rt.block_on(conn.batch_execute(end)).map_err(crate::error::store_error)?;
-        Ok(ok.then_some(emitted))
+        if ok {
+            let emitted = tx.take_changes();
+            let (written, released) =
+                tx.driver().round_trip(|c| c.batch_execute("RELEASE SAVEPOINT job; SAVEPOINT job"));
+            match (written, released) {
+                (Ok(()), Ok(())) => return Ok(Some(emitted)),
+                // A pending write failed, and the rest of the pipeline with it: the closure
+                // alone is rolled back, below.
+                (Err(e), Err(_)) => job.fail(e.into()),
+                // Its writes ran but one changed what it should not have, and the savepoint
+                // is released with them: only the whole batch can be undone.
+                (Err(e), Ok(())) => return Err(e),
+                (Ok(()), Err(e)) => return Err(crate::error::store_error(e)),
+            }
+        }
+        tx.driver().discard_pending();
+        drop(tx);
+        *self.locked.borrow_mut() = before;
+        blocking.block_on(conn.batch_execute("ROLLBACK TO SAVEPOINT job")).map_err(crate::error::store_error)?;
+        Ok(None)
     }
 
     /// Every instance is told of the feeds changed, once they are committed: the notice is
-    /// delivered only if the transaction commits.
+    /// delivered only if the transaction commits. The notice and the COMMIT go out in one
+    /// round trip; a notice that failed aborted the transaction, so its COMMIT rolled back.
     fn commit(&mut self, changes: &[Change]) -> Result<(), StoreError> {
-        let (conn, rt) = (self.conn()?, self.rt);
-        if !changes.is_empty() {
-            let payload = commit_notices::payload(self.instance, changes.iter().map(|c| c.feed.as_str()));
-            rt.block_on(conn.execute("SELECT pg_notify($1, $2)", &[&commit_notices::CHANNEL, &payload]))
-                .map_err(crate::error::store_error)?;
+        let (conn, blocking) = (self.conn()?, self.blocking);
+        if changes.is_empty() {
+            return blocking.block_on(conn.batch_execute("COMMIT")).map_err(crate::error::store_error);
         }
-        rt.block_on(conn.batch_execute("COMMIT")).map_err(crate::error::store_error)
+        let payload = commit_notices::payload(self.instance, changes.iter().map(|c| c.feed.as_str()));
+        let (notified, committed) = blocking.block_on(async {
+            // Prepared first (cached after the first batch), so that the notice goes out first.
+            let notify = match conn.prepare_cached("SELECT pg_notify($1, $2)").await {
+                Ok(st) => st,
+                Err(e) => return (Err(e), Ok(())),
+            };
+            let params: [Param<'_>; 2] = [&commit_notices::CHANNEL, &payload];
+            futures::join!(conn.execute(&notify, &params), conn.batch_execute("COMMIT"))
+        });
+        notified.map_err(crate::error::store_error)?;
+        committed.map_err(crate::error::store_error)
     }
 
     /// A failed COMMIT has ended the transaction already; otherwise it ends here. A
     /// connection in doubt is closed, not pooled again.
     fn roll_back(&mut self) {
         if let Some(conn) = self.conn.take()
-            && self.rt.block_on(conn.batch_execute("ROLLBACK")).is_err()
+            && self.blocking.block_on(conn.batch_execute("ROLLBACK")).is_err()
         {
             discard(conn);
         }

@@ -10,7 +10,7 @@
 
 use crate::dialect::{Dialect, Statement};
 use feed::outbox::{HubSubscription, OutboxEntry};
-use feed::ports::StoreResult;
+use feed::ports::{FeedRow, StoreError, StoreResult};
 use feed::{Change, Item};
 
 /// One row of a result, read by column index. A failure is the driver's, as its store maps
@@ -28,6 +28,29 @@ pub trait Columns {
     fn outbox_entry(&self) -> StoreResult<OutboxEntry>;
 }
 
+/// What a write must have changed, checked once it has run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Any number of rows.
+    Any,
+    /// Exactly one row; otherwise this error's text.
+    One(String),
+    /// At least one row; otherwise this error's text.
+    Some(String),
+}
+
+impl Expect {
+    /// Whether `changed` rows meet it: the store's error when not.
+    pub fn check(&self, changed: u64) -> StoreResult<()> {
+        match self {
+            Expect::Any => Ok(()),
+            Expect::One(_) if changed == 1 => Ok(()),
+            Expect::Some(_) if changed >= 1 => Ok(()),
+            Expect::One(why) | Expect::Some(why) => Err(StoreError::Backend(why.clone())),
+        }
+    }
+}
+
 /// Runs statements on the connection a transaction is on.
 pub trait Statements {
     /// How this database writes parameters.
@@ -36,6 +59,14 @@ pub trait Statements {
     fn rows<T>(&self, st: &Statement<'_>, read: impl FnMut(&dyn Columns) -> StoreResult<T>) -> StoreResult<Vec<T>>;
     /// Runs a statement that returns no rows; how many rows it changed.
     fn execute(&self, st: &Statement<'_>) -> StoreResult<u64>;
+    /// Runs a write whose only answer is checked (`expect`), now or later: a store whose
+    /// every statement is a network round trip sends it with the next statement that needs
+    /// an answer, or at the latest with the end of the closure, and a failure then fails the
+    /// closure as if it had happened here. Statements still run in the order they were
+    /// given. By default, now.
+    fn write(&self, st: &Statement<'_>, expect: Expect) -> StoreResult<()> {
+        expect.check(self.execute(st)?)
+    }
 }
 
 /// Feeds and items where the two databases differ.
@@ -57,6 +88,16 @@ pub trait FeedStatements: Statements {
     /// Told of each change a closure emits, in its transaction, before it is queued for the
     /// change sink.
     fn emitted(&self, _change: &Change) {}
+    /// A feed's row as this transaction has it locked (read under [`LOCK_FEED`], created or
+    /// saved since), if the store keeps it: no other transaction can change it before this
+    /// one ends, so a writer whose batch holds the lock may answer from memory. `None`: read.
+    ///
+    /// [`LOCK_FEED`]: FeedStatements::LOCK_FEED
+    fn locked_feed(&self, _name: &str) -> Option<FeedRow> {
+        None
+    }
+    /// Told of a feed's row as this transaction now has it locked.
+    fn feed_locked(&self, _row: &FeedRow) {}
 }
 
 /// WebSub subscriptions and the outbox where the two databases differ.

@@ -8,7 +8,7 @@
 //! supplies it (see [`crate::driver`]).
 
 use crate::dialect::{Arg, Statement};
-use crate::driver::{Columns, Driver};
+use crate::driver::{Columns, Driver, Expect};
 use crate::modified_counts;
 use crate::reads::{
     FEED_COLUMNS, HUB_SUBSCRIPTION_COLUMNS, ITEM_COLUMNS, OUTBOX_COLUMNS, by_cseq_query, count_query, first_seq_query,
@@ -93,6 +93,12 @@ impl<D: Driver> SqlTx<D> {
     /// changed.
     fn execute(&self, sql: &str, args: &[Arg<'_>]) -> StoreResult<u64> {
         self.driver.execute(&Statement::written(D::DIALECT, sql, args))
+    }
+
+    /// Runs a write written with `?N` parameters whose count is only checked, perhaps with
+    /// the next statement (see [`Statements::write`]).
+    fn write(&self, sql: &str, args: &[Arg<'_>], expect: Expect) -> StoreResult<()> {
+        self.driver.write(&Statement::written(D::DIALECT, sql, args), expect)
     }
 
     /// The store's own count of the feed's items (see `feeds.n_items` in the schemas).
@@ -216,6 +222,18 @@ impl<D: Driver> ReadTx for SqlTx<D> {
         })
     }
 
+    fn followed_views(&self, feed: i64) -> StoreResult<(Vec<String>, Vec<String>)> {
+        let rows = self.rows(
+            "SELECT view, CAST(0 AS BIGINT) FROM subscriptions WHERE feed = ?1
+             UNION SELECT view, CAST(1 AS BIGINT) FROM hub_subscriptions WHERE feed = ?1
+             ORDER BY 2, 1",
+            &[Arg::Int(feed)],
+            |r| Ok((r.text(0)?, r.int(1)? == 1)),
+        )?;
+        let (hub, xmpp): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, hub)| *hub);
+        Ok((xmpp.into_iter().map(|(v, _)| v).collect(), hub.into_iter().map(|(v, _)| v).collect()))
+    }
+
     fn hub_subscriptions(&self, after: i64, limit: usize) -> StoreResult<Vec<HubSubscription>> {
         let sql =
             format!("SELECT {HUB_SUBSCRIPTION_COLUMNS} FROM hub_subscriptions WHERE id > ?1 ORDER BY id LIMIT ?2");
@@ -260,28 +278,36 @@ impl<D: Driver> ReadTx for SqlTx<D> {
 
 impl<D: Driver> WriteTx for SqlTx<D> {
     fn feed_for_update(&mut self, name: &str) -> StoreResult<Option<FeedRow>> {
-        self.feed_row(name, D::LOCK_FEED)
+        if let Some(row) = self.driver.locked_feed(name) {
+            return Ok(Some(row));
+        }
+        let row = self.feed_row(name, D::LOCK_FEED)?;
+        if let Some(row) = &row {
+            self.driver.feed_locked(row);
+        }
+        Ok(row)
     }
 
     fn create_feed(&mut self, name: &str) -> StoreResult<FeedRow> {
         let id = self.driver.insert_feed(name)?;
-        Ok(FeedRow { id, name: name.to_string(), items: 0, last_t: 0, last_mseq: 0 })
+        let row = FeedRow { id, name: name.to_string(), items: 0, last_t: 0, last_mseq: 0 };
+        self.driver.feed_locked(&row);
+        Ok(row)
     }
 
     fn save_feed(&mut self, feed: &FeedRow) -> StoreResult<()> {
         let items = i64::try_from(feed.items).map_err(|_| StoreError::Backend("feed item count overflows".into()))?;
         let args = [Arg::Int(feed.id), Arg::Int(items), Arg::Int(feed.last_t), Arg::Int(feed.last_mseq)];
-        match self.execute("UPDATE feeds SET items = ?2, last_t = ?3, last_mseq = ?4 WHERE id = ?1", &args)? {
-            1 => Ok(()),
-            _ => Err(StoreError::Backend(format!("no feed with id {}", feed.id))),
-        }
+        let sql = "UPDATE feeds SET items = ?2, last_t = ?3, last_mseq = ?4 WHERE id = ?1";
+        self.write(sql, &args, Expect::One(format!("no feed with id {}", feed.id)))?;
+        self.driver.feed_locked(feed);
+        Ok(())
     }
 
     fn insert_item(&mut self, feed: i64, item: &Item) -> StoreResult<()> {
         self.driver.insert_item_row(feed, item)?;
-        if self.execute("UPDATE feeds SET n_items = n_items + 1 WHERE id = ?1", &[Arg::Int(feed)])? != 1 {
-            return Err(StoreError::Backend(format!("no feed with id {feed}")));
-        }
+        let sql = "UPDATE feeds SET n_items = n_items + 1 WHERE id = ?1";
+        self.write(sql, &[Arg::Int(feed)], Expect::One(format!("no feed with id {feed}")))?;
         self.driver.index_categories(feed, item, &distinct_terms(&item.categories))?;
         self.driver.move_modified(feed, Some(item.modified.seq), None)
     }
@@ -304,7 +330,8 @@ impl<D: Driver> WriteTx for SqlTx<D> {
             return Err(StoreError::Backend(format!("update of {:?} must keep its created key", old.id)));
         }
         self.driver.update_item_row(feed, cseq, new)?;
-        self.execute("DELETE FROM item_categories WHERE feed = ?1 AND cseq = ?2", &[Arg::Int(feed), Arg::Int(cseq)])?;
+        let sql = "DELETE FROM item_categories WHERE feed = ?1 AND cseq = ?2";
+        self.write(sql, &[Arg::Int(feed), Arg::Int(cseq)], Expect::Any)?;
         self.driver.index_categories(feed, new, &distinct_terms(&new.categories))?;
         self.driver.move_modified(feed, Some(new.modified.seq), Some(old_mseq))
     }

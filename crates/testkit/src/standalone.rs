@@ -13,6 +13,8 @@ pub struct Standalone {
     pub base: String,
     port: u16,
     process: Option<Process>,
+    /// A command the binary runs under (its arguments then the binary's), or none.
+    wrapper: Vec<String>,
 }
 
 impl Standalone {
@@ -30,7 +32,17 @@ impl Standalone {
         Standalone::start_on(port, &format!("base_url = \"http://127.0.0.1:{port}\"\n{http}"), feeds, tables)
     }
 
+    /// [`start`](Self::start) with the binary run by `wrapper` (a command and its first
+    /// arguments, to which the binary and its arguments are appended).
+    pub fn start_under(wrapper: &[&str], http: &str, feeds: &[&str], tables: &str) -> Standalone {
+        Standalone::start_with(wrapper, free_port(), http, feeds, tables)
+    }
+
     fn start_on(port: u16, http: &str, feeds: &[&str], tables: &str) -> Standalone {
+        Standalone::start_with(&[], port, http, feeds, tables)
+    }
+
+    fn start_with(wrapper: &[&str], port: u16, http: &str, feeds: &[&str], tables: &str) -> Standalone {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let config = format!(
             "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\nserver = \"127.0.0.1:1\"\n\
@@ -40,7 +52,8 @@ impl Standalone {
             bot_feeds(feeds)
         );
         std::fs::write(dir.path().join("c.toml"), config).expect("the configuration written");
-        let mut sf = Standalone { dir, base: format!("http://127.0.0.1:{port}"), port, process: None };
+        let wrapper = wrapper.iter().map(|w| w.to_string()).collect();
+        let mut sf = Standalone { dir, base: format!("http://127.0.0.1:{port}"), port, process: None, wrapper };
         sf.spawn();
         sf
     }
@@ -49,7 +62,14 @@ impl Standalone {
     /// appended to).
     fn spawn(&mut self) {
         let log = self.log_path();
-        let mut cmd = std::process::Command::new(bin());
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = std::process::Command::new(program);
+                cmd.args(args).arg(bin());
+                cmd
+            }
+            None => std::process::Command::new(bin()),
+        };
         cmd.arg("--config")
             .arg(self.dir.path().join("c.toml"))
             .env("RUST_LOG", "info,smartfeeds_http=debug,smartfeeds_outbound=debug");

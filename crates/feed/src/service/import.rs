@@ -7,7 +7,9 @@
 //!
 //! The payload comparison is a byte comparison of the stored entry and the new one: two
 //! payloads have equal digests exactly when they are equal, and the bytes are already at
-//! hand in the transaction.
+//! hand in the transaction. One exception ([`unchanged`]): an entry without a `published`
+//! time whose only difference is its `updated` time is unchanged, since a source entry with
+//! no time at all is given the time of each fetch as its `updated`.
 
 use super::{Service, no_feed};
 use crate::error::FeedError;
@@ -73,7 +75,7 @@ impl<S: Store> Service<S> {
                     match change {
                         IncomingChange::Entry(entry) if entry.xml.len() > limit => done.too_big += 1,
                         IncomingChange::Entry(entry) => match old.map(|o| o.payload) {
-                            Some(Payload::Entry(xml)) if xml == entry.xml => done.unchanged += 1,
+                            Some(Payload::Entry(xml)) if unchanged(&xml, &entry.xml) => done.unchanged += 1,
                             stored => {
                                 tx.publish(&mut row, id, entry, now, order)?;
                                 if stored.is_some() { done.updated += 1 } else { done.published += 1 }
@@ -113,5 +115,41 @@ impl<S: Store> Service<S> {
     pub async fn feed_id(&self, feed: &str) -> Result<Option<i64>, FeedError> {
         let name = feed.to_string();
         self.store.read(move |tx| Ok(tx.feed(&name)?.map(|f| f.id))).await
+    }
+}
+
+/// Whether the stored entry `stored` says what the source's entry `new` says: byte-equal,
+/// or, when `new` has no `published` time, equal but for their `updated` times (an entry
+/// with no time of its own is given the fetch's, different at each fetch; it changes when
+/// something else does).
+fn unchanged(stored: &str, new: &str) -> bool {
+    use crate::atom::ATOM;
+    if stored == new {
+        return true;
+    }
+    let parse = |xml: &str| xml.parse::<minidom::Element>().ok();
+    let (Some(mut old), Some(mut new)) = (parse(stored), parse(new)) else { return false };
+    if new.has_child("published", ATOM) {
+        return false;
+    }
+    old.remove_child("updated", ATOM);
+    new.remove_child("updated", ATOM);
+    old == new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unchanged;
+
+    #[test]
+    fn only_an_updated_time_of_an_entry_without_published_is_no_change() {
+        let e = |inner: &str| format!("<entry xmlns='http://www.w3.org/2005/Atom'><id>x</id>{inner}</entry>");
+        let at = |t: &str| format!("<title>T</title><updated>{t}</updated>");
+        assert!(unchanged(&e(&at("2025-01-01T00:00:00Z")), &e(&at("2025-01-01T00:00:00Z"))));
+        assert!(unchanged(&e(&at("2025-01-01T00:00:00Z")), &e(&at("2025-01-02T00:00:00Z"))));
+        let edited = e("<title>T2</title><updated>2025-01-02T00:00:00Z</updated>");
+        assert!(!unchanged(&e(&at("2025-01-01T00:00:00Z")), &edited));
+        let published = |t: &str| e(&format!("<published>2024-01-01T00:00:00Z</published>{}", at(t)));
+        assert!(!unchanged(&published("2025-01-01T00:00:00Z"), &published("2025-01-02T00:00:00Z")));
     }
 }

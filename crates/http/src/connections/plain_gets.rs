@@ -60,6 +60,15 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
             Ok(next) => next,
             Err(Stop::Closed) => return Ended::Closed,
             Err(Stop::NotPlain) => return Ended::ToHyper(tcp, read),
+            Err(Stop::TargetTooLong) => {
+                let text = format!("the request line is longer than {MAX_HEAD} bytes");
+                let refusal = crate::errors::ApiError::new(StatusCode::URI_TOO_LONG, "bad-request", text);
+                let (head, framing, body) = head_of(axum::response::IntoResponse::into_response(refusal), true);
+                read = Vec::new();
+                let _ = write_response(&mut tcp, &mut read, head, framing, std::pin::pin!(body)).await;
+                linger_close(tcp).await;
+                return Ended::Closed;
+            }
         };
         if read.is_empty() {
             // Nothing is kept while the request is held.
@@ -110,10 +119,46 @@ async fn answer<B>(
     }
 }
 
+/// Resolves when the client has closed its side although bytes it sent are still unread.
+async fn closed_with_unread(tcp: &TcpStream) {
+    loop {
+        match tcp.ready(tokio::io::Interest::READABLE).await {
+            Ok(ready) if !ready.is_read_closed() => {
+                // Readable, with bytes left for later: forget this readiness and wait for the
+                // next change (more bytes, or the peer's FIN, which sets the closed state).
+                let _ =
+                    tcp.try_io(tokio::io::Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Closes a connection whose client may still be sending: the write side first, then what
+/// arrives is read and dropped for a moment (bounded in time and bytes), since closing with
+/// unread bytes makes the kernel reset the connection, and a reset can destroy the answer
+/// before the client has read it.
+async fn linger_close(mut tcp: TcpStream) {
+    let _ = tcp.shutdown().await;
+    let drain = async {
+        let mut sink = [0u8; 4096];
+        let mut left = 256 * 1024usize;
+        while let Ok(n @ 1..) = tcp.read(&mut sink).await {
+            left = left.saturating_sub(n);
+            if left == 0 {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+}
+
 /// Why no request is served here.
 enum Stop {
     Closed,
     NotPlain,
+    /// The head's bound went by before the request line ended: 414, and the connection closed.
+    TargetTooLong,
 }
 
 /// Reads until the next request's head is whole (within the header timeout): the request
@@ -133,6 +178,7 @@ async fn next_request(
                     return Ok((request, close));
                 }
                 Err(Unparsed::Partial) if read.len() < MAX_HEAD => {}
+                Err(Unparsed::Partial) if !read.contains(&b'\n') => return Err(Stop::TargetTooLong),
                 Err(_) => return Err(Stop::NotPlain),
             }
         } else if *plain.stopping.borrow() {
@@ -152,11 +198,14 @@ async fn next_request(
 }
 
 /// Resolves when the client closes its connection (or it fails); bytes it sends meanwhile
-/// (a pipelined request) are kept in `read`, up to a head's bound.
+/// (a pipelined request) are kept in `read`, up to a head's bound. Past the bound they are
+/// left unread in the socket, and the client's leaving is seen from the socket's readiness
+/// (the peer's FIN) rather than from a read: otherwise a held request whose client sent that
+/// much and left would keep its place until its timeout.
 async fn peer_gone(tcp: &mut TcpStream, read: &mut Vec<u8>) {
     loop {
         if read.len() >= MAX_HEAD {
-            std::future::pending::<()>().await;
+            return closed_with_unread(tcp).await;
         }
         match tcp.read_buf(read).await {
             Ok(0) | Err(_) => return,
@@ -251,6 +300,11 @@ fn encode_head(status: StatusCode, headers: &HeaderMap, framing: Framing, close:
     head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     head.extend_from_slice(b"\r\n");
     for (name, value) in headers {
+        // An answer without a body has no length to give (RFC 9110 §8.6: a 304's would be
+        // the 200's, which the router's zero is not).
+        if framing == Framing::None && name == header::CONTENT_LENGTH {
+            continue;
+        }
         line(&mut head, name.as_str().as_bytes(), value.as_bytes());
     }
     if !headers.contains_key(header::DATE) {

@@ -1,6 +1,7 @@
 //! `[hub]`: the WebSub hub's settings (SPEC §10). The hub runs whenever `[http]` does; this
 //! table only changes how. Times are seconds.
 
+use crate::hub::document::Method;
 use serde::Deserialize;
 
 /// The WebSub hub: leases, retries, bounds and callback safety.
@@ -31,6 +32,11 @@ pub struct HubConfig {
     pub timeout: f64,
     /// Changes that may travel together in one document.
     pub max_batch: usize,
+    /// The hash of `X-Hub-Signature` (WebSub §7.1: `sha1`, `sha256`, `sha384`, `sha512`).
+    /// A WebSub subscriber cannot say which it checks (§7.1.1 leaves that to a future
+    /// extension), so the hub's owner chooses for the subscribers they serve: `sha1` for the
+    /// older ones that check only it (Prosody's `mod_pubsub_feeds`), despite its weakness.
+    pub signature: Method,
 }
 
 impl Default for HubConfig {
@@ -48,6 +54,7 @@ impl Default for HubConfig {
             max_per_host: 32,
             timeout: 10.0,
             max_batch: 100,
+            signature: Method::Sha256,
         }
     }
 }

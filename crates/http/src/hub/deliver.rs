@@ -149,7 +149,8 @@ impl Target {
         let to = client.target(&sub.callback);
         let host = to.as_ref().ok().and_then(|t| t.url().host_str()).unwrap_or_default().to_string();
         let mut headers = HeaderMap::new();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/atom+xml"));
+        // The Content-Type of the topic (WebSub §7), its Atom answer's.
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(crate::formats::Format::Atom.content_type()));
         if let Ok(link) = HeaderValue::try_from(format!("<{hub}>; rel=\"hub\", <{}>; rel=\"self\"", sub.topic)) {
             headers.insert(header::LINK, link);
         }
@@ -163,7 +164,7 @@ async fn deliver<S: Store>(hub: &Hub<S>, w: &Worker, target: &Target, batch: &do
     let policy = hub.svc.policy().feed(&w.feed);
     let title = policy.title.as_deref().unwrap_or(&w.feed);
     let body = batch.document(&sub.topic, &hub.url, title);
-    let signature = sub.secret.as_deref().map(|s| document::signature(s, &body));
+    let signature = sub.secret.as_deref().map(|s| document::signature(hub.config.signature, s, &body));
     let (initial, max) =
         (Duration::from_secs_f64(hub.config.retry_initial), Duration::from_secs_f64(hub.config.retry_max));
     let mut backoff = initial;

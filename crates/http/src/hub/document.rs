@@ -6,7 +6,6 @@ use crate::rendered::Rendered;
 use bytes::Bytes;
 use feed::outbox::OutboxEntry;
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The Atom document of consecutive outbox rows of one view, oldest first: `fo:total` and
@@ -53,19 +52,64 @@ impl Batch {
     }
 }
 
-/// `X-Hub-Signature`'s value: `sha256=` and the hex HMAC-SHA256 of `body` under `secret`.
-pub fn signature(secret: &str, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
-    mac.update(body);
+/// The hash of `X-Hub-Signature` (WebSub §7.1), named in the header as in `[hub] signature`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub enum Method {
+    Sha1,
+    #[default]
+    Sha256,
+    Sha384,
+    Sha512,
+}
+
+impl TryFrom<String> for Method {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Method, String> {
+        [Method::Sha1, Method::Sha256, Method::Sha384, Method::Sha512]
+            .into_iter()
+            .find(|m| m.as_str() == name)
+            .ok_or_else(|| format!("signature {name:?} is not one of WebSub's: sha1, sha256, sha384 or sha512"))
+    }
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Sha1 => "sha1",
+            Method::Sha256 => "sha256",
+            Method::Sha384 => "sha384",
+            Method::Sha512 => "sha512",
+        }
+    }
+}
+
+/// `X-Hub-Signature`'s value: the method, `=`, and the hex HMAC of `body` under `secret`.
+pub fn signature(method: Method, secret: &str, body: &[u8]) -> String {
+    let key = secret.as_bytes();
+    let digest = match method {
+        Method::Sha1 => hmac(Hmac::<sha1::Sha1>::new_from_slice(key), body),
+        Method::Sha256 => hmac(Hmac::<sha2::Sha256>::new_from_slice(key), body),
+        Method::Sha384 => hmac(Hmac::<sha2::Sha384>::new_from_slice(key), body),
+        Method::Sha512 => hmac(Hmac::<sha2::Sha512>::new_from_slice(key), body),
+    };
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = mac.finalize().into_bytes();
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256=");
+    let mut out = String::with_capacity(method.as_str().len() + 1 + 2 * digest.len());
+    out.push_str(method.as_str());
+    out.push('=');
     for b in digest {
         out.push(char::from(HEX[usize::from(b >> 4)]));
         out.push(char::from(HEX[usize::from(b & 15)]));
     }
     out
+}
+
+/// The HMAC of `body` with a keyed `mac`.
+fn hmac(mac: Result<impl Mac, hmac::digest::InvalidLength>, body: &[u8]) -> Vec<u8> {
+    let mut mac = mac.expect("HMAC takes keys of any length");
+    mac.update(body);
+    mac.finalize().into_bytes().to_vec()
 }
 
 #[cfg(test)]
@@ -74,11 +118,23 @@ mod tests {
     use feed::{Cursor, Payload};
 
     #[test]
-    fn signature_matches_a_known_vector() {
-        // RFC 4231 test case 2.
+    fn signatures_match_known_vectors() {
+        // RFC 2202 and RFC 4231, test case 2 of each.
+        let (key, data) = ("Jefe", b"what do ya want for nothing?");
+        assert_eq!(signature(Method::Sha1, key, data), "sha1=effcdf6ae5eb2fa2d27416d5f184df9c259a7c79");
         assert_eq!(
-            signature("Jefe", b"what do ya want for nothing?"),
+            signature(Method::Sha256, key, data),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert_eq!(
+            signature(Method::Sha384, key, data),
+            "sha384=af45d2e376484031617f78d2b58a6b1b9c7ef464f5a01b47e42ec3736322445e\
+             8e2240ca5e69e2c78b3239ecfab21649"
+        );
+        assert_eq!(
+            signature(Method::Sha512, key, data),
+            "sha512=164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea250554\
+             9758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737"
         );
     }
 

@@ -25,7 +25,7 @@
 //! wakes tasks, and the outbox row was already written with the change.
 //!
 //! **Several instances** on one store (PostgreSQL): each delivers the documents of the
-//! feeds whose shard it holds (`store::postgres::relay`), woken by the changes it relays;
+//! feeds whose shard it holds (`store_postgres::push_shards`), woken by the changes it relays;
 //! the others' tasks wait. A task that gets its feed resumes from the progress in the store,
 //! and every instance reads the subscriptions again each [`RELOAD`], so one made or ended
 //! through another instance is served or stopped here too.

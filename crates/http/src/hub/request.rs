@@ -24,8 +24,10 @@ use std::sync::Arc;
 
 /// The longest secret accepted (WebSub: under 200 bytes).
 const MAX_SECRET: usize = 199;
-/// The view parameters a topic may carry.
-const VIEW_PARAMS: &[&str] = &["order", "author", "category"];
+/// The view parameters a topic may carry, and `format=atom`: the Atom URL of a view, what
+/// a subscriber that cannot set `Accept` fetches (Prosody's `mod_pubsub_feeds`) and then
+/// subscribes to.
+const VIEW_PARAMS: &[&str] = &["order", "author", "category", "format"];
 
 /// The `hub.*` fields of a request form, each at most once.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -79,6 +81,9 @@ fn topic_parts(base: &str, topic: &str) -> Result<(String, FeedQuery), ApiError>
     let feed = crate::bounds::percent_decode(segment).map_err(|_| not_ours())?;
     let q =
         FeedQuery::parse(query, VIEW_PARAMS).map_err(|e| ApiError::bad_request(format!("hub.topic: {}", e.text)))?;
+    if q.format.is_some_and(|f| f != crate::formats::Format::Atom) {
+        return Err(ApiError::bad_request("hub.topic: deliveries are Atom, so its format can only be atom"));
+    }
     Ok((feed, q))
 }
 
@@ -200,6 +205,8 @@ mod tests {
         assert_eq!(feed, "com ments");
         assert_eq!(q.view_query(), "?order=modified&author=ann");
         assert_eq!(topic_parts(base, "http://h:1/feeds/c").unwrap().0, "c");
+        let (_, atom) = topic_parts(base, "http://h:1/feeds/c/?order=modified&format=atom").unwrap();
+        assert_eq!(atom.view_query(), "?order=modified", "the same view as without format");
         for bad in [
             "http://other/feeds/c/",
             "http://h:1/feeds/",
@@ -208,6 +215,7 @@ mod tests {
             "http://h:1/feeds/c/#x",
             "http://h:1/feeds/c/?author=Zoë",
             "http://h:1/feeds/c/?author=a b",
+            "http://h:1/feeds/c/?format=json",
         ] {
             assert!(topic_parts(base, bad).is_err(), "{bad}");
         }

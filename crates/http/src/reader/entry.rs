@@ -24,8 +24,8 @@ pub struct Shown {
     /// The content (else the summary) as a `<div class="content …">`; none when empty.
     pub body_html: Option<String>,
     pub retracted: bool,
-    /// The item's dates ([`feed::atom::dates`]).
-    pub dates: feed::atom::Dates,
+    /// When it says it was published and updated (see `feed::Item::dates`).
+    pub dates: feed::Dates,
 }
 
 /// What HTML content may keep: ammonia's defaults (no script, style, iframe, form or event
@@ -54,12 +54,12 @@ pub fn text_of_html(html: &str) -> String {
 
 pub fn shown(item: &Item) -> Shown {
     let Payload::Entry(xml) = &item.payload else {
-        let dates = feed::atom::dates(None, item.created.t, item.modified.t);
-        return Shown { title_html: esc(&item.id).into_owned(), retracted: true, dates, ..Shown::default() };
+        let (title_html, dates) = (esc(&item.id).into_owned(), item.dates(None));
+        return Shown { title_html, retracted: true, dates, ..Shown::default() };
     };
-    let mut s = Shown { dates: feed::atom::dates(None, item.created.t, item.modified.t), ..Shown::default() };
-    if let Ok(e) = xml.parse::<Element>() {
-        s.dates = feed::atom::dates(Some(&e), item.created.t, item.modified.t);
+    let parsed = xml.parse::<Element>().ok();
+    let mut s = Shown { dates: item.dates(parsed.as_ref()), ..Shown::default() };
+    if let Some(e) = parsed {
         let child = |name: &str| e.get_child(name, ATOM);
         s.title_html = child("title").map(inline).unwrap_or_default();
         s.link = e

@@ -53,6 +53,11 @@ pub struct FanoutArgs {
     /// Subscribers held at once.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub subscribers: u32,
+    /// Subscribers ask without the token, as anonymous readers of an open feed (each request
+    /// then passes the rate limit of its address, as a web page's would); publishes still
+    /// carry it.
+    #[arg(long)]
+    pub anonymous: bool,
     /// Publishes, one after another.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub publishes: u32,
@@ -110,9 +115,15 @@ fn clients(ctx: &HttpCtx, sources: u8) -> Result<Vec<reqwest::Client>, String> {
 }
 
 /// Counts the `data:` lines of an event stream as arrivals, until it ends.
-async fn sse(client: reqwest::Client, ctx: HttpCtx, url: String, board: Arc<Board>) -> Result<(), String> {
+async fn sse(
+    client: reqwest::Client,
+    ctx: HttpCtx,
+    anonymous: bool,
+    url: String,
+    board: Arc<Board>,
+) -> Result<(), String> {
     let mut req = client.get(&url).header(reqwest::header::ACCEPT, "text/event-stream");
-    if let Some(t) = &ctx.common.token {
+    if let Some(t) = ctx.common.token.as_ref().filter(|_| !anonymous) {
         req = req.bearer_auth(t);
     }
     let res = req.send().await.map_err(kind)?;
@@ -151,6 +162,7 @@ struct Answer {
 async fn longpoll(
     client: reqwest::Client,
     ctx: HttpCtx,
+    anonymous: bool,
     target: Target,
     first: String,
     board: Arc<Board>,
@@ -159,7 +171,7 @@ async fn longpoll(
     let mut counted = false;
     while seen < board.sent.len() {
         let mut req = client.get(&url);
-        if let Some(t) = &ctx.common.token {
+        if let Some(t) = ctx.common.token.as_ref().filter(|_| !anonymous) {
             req = req.bearer_auth(t);
         }
         if let Some((modified, etag)) = &validators {
@@ -240,13 +252,13 @@ pub async fn run(ctx: &HttpCtx, args: &FanoutArgs) -> Result<Report, String> {
     let started = Instant::now();
     let mut subs = Vec::with_capacity(n);
     let wave = ctx.common.run.in_flight.max(1) as usize;
-    let (sub_kind, target) = (args.kind, args.target);
+    let (sub_kind, target, anonymous) = (args.kind, args.target, args.anonymous);
     for i in 0..n {
         let (client, ctx, url, shared) = (clients[i % clients.len()].clone(), ctx.clone(), url.clone(), board.clone());
         subs.push(tokio::spawn(async move {
             match sub_kind {
-                Kind::Sse => sse(client, ctx, url, shared).await,
-                Kind::Longpoll => longpoll(client, ctx, target, url, shared).await,
+                Kind::Sse => sse(client, ctx, anonymous, url, shared).await,
+                Kind::Longpoll => longpoll(client, ctx, anonymous, target, url, shared).await,
             }
         }));
         if (i + 1) % wave == 0 {

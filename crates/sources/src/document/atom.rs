@@ -9,13 +9,15 @@
 //! what carries no content (comments, instructions, the declarations, blanks around the
 //! root) and writes CDATA sections as the escaped text they mean ([`restricted`]).
 
-use super::{Document, Parsed, finish};
+use super::{Document, Parsed, complete::complete, content_key, finish};
 use feed::atom::{ATOM, TOMBSTONES, entry_fields};
 use feed::service::IncomingChange;
 use minidom::Element;
 
-/// The document, if it is an Atom feed minidom can read; `None` sends it to feed-rs.
-pub fn parse(bytes: &[u8]) -> Option<Document> {
+/// The document, if it is an Atom feed minidom can read; `None` sends it to feed-rs. Each
+/// entry is given what it lacks of an id, a title and an updated time (`now` when it has
+/// no time at all), and is otherwise kept as written.
+pub fn parse(bytes: &[u8], now: chrono::DateTime<chrono::Utc>) -> Option<Document> {
     let text = std::str::from_utf8(bytes).ok()?;
     let root: Element = restricted(text.trim_start_matches('\u{feff}'))?.parse().ok()?;
     if !root.is("feed", ATOM) {
@@ -26,11 +28,10 @@ pub fn parse(bytes: &[u8]) -> Option<Document> {
     let mut skipped = 0;
     for child in root.children() {
         if child.is("entry", ATOM) {
-            let Some(key) = key(child) else {
-                skipped += 1;
-                continue;
-            };
-            match entry_fields(child) {
+            let key = key(child).unwrap_or_else(|| content_key(child));
+            let mut entry = child.clone();
+            complete(&mut entry, &key, now);
+            match entry_fields(&entry) {
                 Ok(entry) => parsed.push(Parsed { key, when: when(child), change: IncomingChange::Entry(entry) }),
                 Err(_) => skipped += 1,
             }
@@ -87,7 +88,8 @@ fn text_of(e: &Element) -> Option<String> {
     (!t.is_empty()).then(|| t.to_string())
 }
 
-/// The entry's `atom:id`, else the href of its alternate link.
+/// The entry's `atom:id`, else the href of its alternate link (else, by the caller, a
+/// digest of the entry).
 fn key(entry: &Element) -> Option<String> {
     entry.get_child("id", ATOM).and_then(text_of).or_else(|| {
         entry
@@ -137,19 +139,32 @@ mod tests {
     <published>2024-01-01T00:00:00Z</published><updated>2024-01-05T00:00:00Z</updated>
   </entry>
   <entry><title>no id</title><link href="https://example.com/3"/><updated>2024-01-03T00:00:00+01:00</updated></entry>
-  <entry><title>neither id nor link</title></entry>
+  <entry><summary>Neither id nor link</summary><published>2024-01-04T00:00:00Z</published></entry>
   <at:deleted-entry ref="urn:uuid:0" when="2024-01-04T00:00:00Z"/>
 </feed>"#;
 
     #[test]
     fn entries_are_kept_as_written_in_publishing_order() {
-        let doc = parse(DOC.as_bytes()).expect("an Atom feed");
+        let doc = parse(DOC.as_bytes(), chrono::Utc::now()).expect("an Atom feed");
         assert_eq!(doc.prev_archive.as_deref(), Some("archive/3"));
         assert_eq!(doc.hub.as_deref(), Some("https://hub.example.com/"));
-        assert_eq!(doc.skipped, 1);
+        assert_eq!(doc.skipped, 0);
         let ids: Vec<&str> = doc.entries.iter().map(|e| e.id.as_str()).collect();
         let id = crate::item_id;
-        assert_eq!(ids, [id("urn:uuid:1"), id("urn:uuid:2"), id("https://example.com/3"), id("urn:uuid:0")]);
+        let Incoming { change: IncomingChange::Entry(neither), .. } = &doc.entries[3] else { panic!() };
+        let digest = neither.atom_id.clone().expect("an id given");
+        assert!(digest.starts_with("urn:sha256:"), "{digest}");
+        assert_eq!(
+            ids,
+            [id("urn:uuid:1"), id("urn:uuid:2"), id("https://example.com/3"), id(&digest), id("urn:uuid:0")]
+        );
+        // What an entry lacks is added: an id (its link, else the digest), a title (its
+        // summary), an updated time (its published time).
+        let Incoming { change: IncomingChange::Entry(no_id), .. } = &doc.entries[2] else { panic!() };
+        assert_eq!(no_id.atom_id.as_deref(), Some("https://example.com/3"));
+        let neither: Element = neither.xml.parse().unwrap();
+        assert_eq!(neither.get_child("title", ATOM).unwrap().text(), "Neither id nor link");
+        assert_eq!(neither.get_child("updated", ATOM).unwrap().text(), "2024-01-04T00:00:00Z");
         let Incoming { change: IncomingChange::Entry(second), .. } = &doc.entries[1] else { panic!() };
         assert_eq!(second.author.as_deref(), Some("Ann"));
         assert_eq!(second.categories, ["rust"]);
@@ -157,7 +172,7 @@ mod tests {
         let back: Element = second.xml.parse().unwrap();
         assert!(back.is("entry", ATOM));
         assert!(back.has_child("thumbnail", "http://search.yahoo.com/mrss/"), "{}", second.xml);
-        assert_eq!(doc.entries[3].change, IncomingChange::Deleted);
+        assert_eq!(doc.entries[4].change, IncomingChange::Deleted);
     }
 
     #[test]
@@ -165,7 +180,7 @@ mod tests {
         let doc = "\u{feff}<?xml version='1.0'?>\n<!DOCTYPE feed>\n<!-- generated -->\n<?xml-stylesheet href='s.xsl'?>\n\
                    <feed xmlns='http://www.w3.org/2005/Atom'><!-- c --><entry><id>urn:x</id>\
                    <title>a &amp; b</title><content type='html'><![CDATA[<p>x & y</p>]]></content></entry></feed>\n";
-        let doc = parse(doc.as_bytes()).expect("an Atom feed");
+        let doc = parse(doc.as_bytes(), chrono::Utc::now()).expect("an Atom feed");
         let Incoming { change: IncomingChange::Entry(e), .. } = &doc.entries[0] else { panic!() };
         let back: Element = e.xml.parse().unwrap();
         assert_eq!(back.get_child("title", ATOM).unwrap().text(), "a & b");
@@ -174,9 +189,9 @@ mod tests {
 
     #[test]
     fn other_documents_are_not_atom() {
-        assert!(parse(b"<rss version='2.0'><channel/></rss>").is_none());
-        assert!(parse(b"<feed><unclosed>").is_none());
-        assert!(parse(&[0xff, 0xfe, 0x00]).is_none());
+        assert!(parse(b"<rss version='2.0'><channel/></rss>", chrono::Utc::now()).is_none());
+        assert!(parse(b"<feed><unclosed>", chrono::Utc::now()).is_none());
+        assert!(parse(&[0xff, 0xfe, 0x00], chrono::Utc::now()).is_none());
     }
 }
 
@@ -186,7 +201,8 @@ mod demo {
 
     #[test]
     fn the_demo_source_reads_as_its_twelve_entries_oldest_first() {
-        let doc = super::parse(include_bytes!("../../../../demo/comments.atom")).expect("an Atom feed");
+        let doc =
+            super::parse(include_bytes!("../../../../demo/comments.atom"), chrono::Utc::now()).expect("an Atom feed");
         assert_eq!(doc.entries.len(), 12);
         let titles: Vec<String> = doc
             .entries

@@ -5,9 +5,13 @@
 //! Atom documents are read with minidom, so each entry is kept as the source wrote it
 //! ([`atom`]); anything else (RSS 0.9x/1.0/2.0, JSON Feed, and an Atom document minidom
 //! cannot read) goes through feed-rs and its entries are written as Atom ([`written`]).
+//! An XML document must be well-formed ([`wellformed`]); every entry read is given the id,
+//! title and updated time it lacks ([`complete`]).
 
 mod atom;
+mod complete;
 mod order;
+mod wellformed;
 mod written;
 
 use feed::service::{Incoming, IncomingChange};
@@ -17,8 +21,8 @@ use feed::service::{Incoming, IncomingChange};
 pub struct Document {
     /// Entries in publishing order: oldest first, deletions after them.
     pub entries: Vec<Incoming>,
-    /// Entries the document had that could not be kept (no id and no link, or an Atom
-    /// entry that cannot be written back).
+    /// Entries the document had that could not be kept (an Atom entry that cannot be
+    /// written back).
     pub skipped: usize,
     /// RFC 5005 `prev-archive`, as written (relative to the document's URL).
     pub prev_archive: Option<String>,
@@ -40,6 +44,8 @@ impl Document {
 pub enum ParseError {
     #[error("not a feed document (Atom, RSS or JSON Feed): {0}")]
     NotAFeed(String),
+    #[error("not well-formed XML, so not imported: {0}")]
+    Malformed(String),
 }
 
 /// One source entry before ordering: its key, its time, what it says.
@@ -50,12 +56,44 @@ struct Parsed {
     change: IncomingChange,
 }
 
-/// Reads a document of any supported format.
+/// Reads a document of any supported format, fetched now.
 pub fn parse(bytes: &[u8]) -> Result<Document, ParseError> {
-    match atom::parse(bytes) {
-        Some(doc) => Ok(doc),
-        None => written::parse(bytes),
+    read(bytes, chrono::Utc::now())
+}
+
+/// Reads a document fetched at `now` (the `updated` time of entries that have no time).
+fn read(bytes: &[u8], now: chrono::DateTime<chrono::Utc>) -> Result<Document, ParseError> {
+    let json = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes).trim_ascii_start().starts_with(b"{");
+    if !json {
+        wellformed::check(bytes).map_err(ParseError::Malformed)?;
     }
+    match atom::parse(bytes, now) {
+        Some(doc) => Ok(doc),
+        None => written::parse(bytes, now),
+    }
+}
+
+/// The key of an entry with neither an id nor a link: a digest of what it says, so that the
+/// same entry gets the same key on every fetch (and an edited one is a new entry).
+/// The digest is of the entry's names, attributes and text, in document order.
+fn content_key(entry: &minidom::Element) -> String {
+    use sha2::{Digest, Sha256};
+    fn feed(h: &mut Sha256, e: &minidom::Element) {
+        h.update(format!("<{} {}", e.ns(), e.name()));
+        for ((ns, name), v) in e.attrs() {
+            h.update(format!(" {ns:?}:{name}={v:?}"));
+        }
+        for node in e.nodes() {
+            match node {
+                minidom::Node::Element(c) => feed(h, c),
+                minidom::Node::Text(t) => h.update(format!("{t:?}")),
+            }
+        }
+        h.update(">");
+    }
+    let mut h = Sha256::new();
+    feed(&mut h, entry);
+    format!("urn:sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
 /// Orders parsed entries (see [`order::publishing_order`]) and derives their item ids.

@@ -18,6 +18,11 @@
 //!
 //! [`Prosody::federated`] is the same server with server-to-server on: one of the two of a
 //! federation test, with the settings of [`S2s`] ([`federation`](crate::federation)).
+//!
+//! [`Prosody::following`] adds Prosody's own WebSub subscriber, `mod_pubsub_feeds` (Debian
+//! `prosody-modules`), on a pubsub service of its own, [`FOLLOWER`]: each of its nodes
+//! follows a feed URL, fetched once, then pushed by the feed's hub to the callback on
+//! Prosody's HTTP server (a free loopback port).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -26,7 +31,7 @@ use std::process::Command;
 use super::{COMPONENT_DOMAIN, ComponentDown, Kind, Server, Setup, VHOST, installed};
 use crate::federation::S2s;
 use crate::logs;
-use crate::process::Process;
+use crate::process::{Process, free_port};
 
 /// The configuration template, `prosody/prosody.cfg.lua`.
 pub const CONFIG_TEMPLATE: &str = include_str!("../../../../prosody/prosody.cfg.lua");
@@ -37,6 +42,12 @@ pub const PLUGIN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../prosody
 pub const MULTICAST_ENV: &str = "SMARTFEEDS_PROSODY_MULTICAST";
 /// Prosody's namespace for "the component is not connected".
 pub const COMPONENT_NS: &str = "xmpp:prosody.im/protocol/component";
+/// The pubsub service of [`Prosody::following`], whose nodes follow feeds.
+pub const FOLLOWER: &str = "follower.localhost";
+/// Where Debian's `prosody-modules` puts `mod_pubsub_feeds`.
+const PUBSUB_FEEDS: &str = "/usr/lib/prosody/modules/mod_pubsub_feeds/mod_pubsub_feeds.lua";
+/// The line of the template before which global settings go (after it, a host's).
+const FIRST_HOST: &str = "\nVirtualHost \"localhost\"\n";
 
 /// Prosody 0.12; see the module docs.
 pub struct Prosody {
@@ -45,12 +56,78 @@ pub struct Prosody {
     s2s: Option<S2s>,
     /// Whether the multicast service is loaded (`SMARTFEEDS_PROSODY_MULTICAST`).
     multicast: bool,
+    /// `mod_pubsub_feeds` on [`FOLLOWER`]; none by default.
+    follows: Option<Follows>,
+}
+
+/// The settings of [`Prosody::following`].
+struct Follows {
+    /// Node → feed URL.
+    feeds: Vec<(String, String)>,
+    /// Where `mod_pubsub_feeds` lives (its `mod_pubsub_feeds/` directory's parent).
+    modules: PathBuf,
+    /// Prosody's HTTP port, for the hub's callbacks; chosen with the configuration.
+    http_port: u16,
+}
+
+impl Follows {
+    /// The global HTTP settings, put before the first host.
+    fn globals(&self) -> String {
+        format!(
+            "\n-- Prosody's HTTP server, for the WebSub callbacks of {FOLLOWER}.\n\
+             http_interfaces = {{ \"127.0.0.1\" }}\nhttp_ports = {{ {} }}\nhttps_ports = {{}}\n",
+            self.http_port
+        )
+    }
+
+    /// `config` with `mod_pubsub_feeds`' directory added to the template's plugin paths.
+    fn plugin_paths(&self, config: String) -> Result<String, String> {
+        let ours = format!("plugin_paths = {{ \"{PLUGIN_DIR}\" }}");
+        if !config.contains(&ours) {
+            return Err(format!("prosody/prosody.cfg.lua no longer says {ours:?}"));
+        }
+        let modules = lua_string(self.modules.to_str().ok_or("the modules directory is not UTF-8")?);
+        Ok(config.replacen(&ours, &format!("plugin_paths = {{ \"{PLUGIN_DIR}\", {modules} }}"), 1))
+    }
+
+    /// The component whose nodes follow the feeds. `mod_pubsub_feeds` fetches each feed
+    /// once (then only every `feed_pull_interval` minutes, here far beyond any test), finds
+    /// its `<link rel="hub">` and subscribes with a secret of its own; the callback URL is
+    /// built from `http_host`.
+    fn component(&self) -> String {
+        let feeds: String = self
+            .feeds
+            .iter()
+            .map(|(node, url)| format!("\t\t[{}] = {};\n", lua_string(node), lua_string(url)))
+            .collect();
+        format!(
+            "\n-- Nodes that follow feeds through their WebSub hubs (Debian prosody-modules).\n\
+             Component \"{FOLLOWER}\" \"pubsub\"\n\tmodules_enabled = {{ \"pubsub_feeds\" }}\n\
+             \tuse_pubsubhubub = true\n\tfeed_pull_interval = 600\n\thttp_host = \"127.0.0.1\"\n\
+             \tfeeds = {{\n{feeds}\t}}\n"
+        )
+    }
 }
 
 impl Prosody {
     /// A Prosody of a federation test, for [`TestServer::start_with`](super::TestServer::start_with).
     pub fn federated(data: &Path, s2s: S2s) -> Result<Prosody, String> {
         Ok(Prosody { s2s: Some(s2s), ..Prosody::new(data)? })
+    }
+
+    /// A Prosody whose pubsub service [`FOLLOWER`] follows `feeds` (node, feed URL) with
+    /// `mod_pubsub_feeds`; an error naming `prosody-modules` if that is not installed.
+    pub fn following(data: &Path, feeds: &[(&str, &str)]) -> Result<Prosody, String> {
+        let module = installed(
+            "SMARTFEEDS_PROSODY_PUBSUB_FEEDS",
+            PUBSUB_FEEDS,
+            "Prosody's mod_pubsub_feeds",
+            "prosody-modules",
+        )?;
+        let modules = module.parent().and_then(Path::parent).ok_or("mod_pubsub_feeds has no modules directory")?;
+        let feeds = feeds.iter().map(|(n, u)| (n.to_string(), u.to_string())).collect();
+        let follows = Follows { feeds, modules: modules.to_path_buf(), http_port: 0 };
+        Ok(Prosody { follows: Some(follows), ..Prosody::new(data)? })
     }
 
     /// A Prosody without the multicast service (`SMARTFEEDS_PROSODY_MULTICAST=off`).
@@ -72,7 +149,7 @@ impl Server for Prosody {
             return Err(format!("temporary directory path {data_str:?} cannot go in a Lua string"));
         }
         fs::create_dir_all(data.join("certs")).map_err(|e| e.to_string())?;
-        Ok(Prosody { bin, s2s: None, multicast: true })
+        Ok(Prosody { bin, s2s: None, multicast: true, follows: None })
     }
 
     fn kind(&self) -> Kind {
@@ -93,6 +170,17 @@ impl Server for Prosody {
         let mut config = render_config(setup.c2s_port(), setup.component_port(), data, &setup.secret, level)?;
         if let Some(s2s) = &self.s2s {
             config = s2s.configure(config, &setup.data)?;
+        }
+        if let Some(follows) = &mut self.follows {
+            // A fresh port each time: the harness writes the configuration again after a
+            // port was taken.
+            follows.http_port = free_port();
+            if !config.contains(FIRST_HOST) {
+                return Err(format!("prosody/prosody.cfg.lua no longer has the line {FIRST_HOST:?} verbatim"));
+            }
+            config = follows.plugin_paths(config)?;
+            config = config.replacen(FIRST_HOST, &format!("{}{FIRST_HOST}", follows.globals()), 1);
+            config.push_str(&follows.component());
         }
         fs::write(config_path(&setup.data), config).map_err(|e| format!("cannot write the Prosody config: {e}"))
     }
@@ -122,14 +210,23 @@ impl Server for Prosody {
     fn says_ready(&self, text: &str, setup: &Setup) -> bool {
         let c2s = format!("Activated service 'c2s' on [127.0.0.1]:{}", setup.c2s_port());
         let component = format!("Activated service 'component' on [127.0.0.1]:{}", setup.component_port());
+        let http = |f: &Follows| format!("Activated service 'http' on [127.0.0.1]:{}", f.http_port);
         text.contains(&c2s)
             && (!self.carries_components() || text.contains(&component))
             && self.s2s.as_ref().is_none_or(|s2s| s2s.says_ready(text))
+            && self.follows.as_ref().is_none_or(|f| text.contains(&http(f)))
     }
 
-    /// The component port only where there are components (the template's hosts).
+    /// The component port only where there are components (the template's hosts); the HTTP
+    /// port where feeds are followed.
     fn ready_ports(&self, setup: &Setup) -> Vec<u16> {
-        if self.carries_components() { vec![setup.c2s_port(), setup.component_port()] } else { vec![setup.c2s_port()] }
+        let mut ports = if self.carries_components() {
+            vec![setup.c2s_port(), setup.component_port()]
+        } else {
+            vec![setup.c2s_port()]
+        };
+        ports.extend(self.follows.as_ref().map(|f| f.http_port));
+        ports
     }
 
     fn store_account(&self, setup: &Setup, _running: bool, name: &str, password: &str) -> Result<(), String> {
