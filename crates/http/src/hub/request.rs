@@ -59,7 +59,14 @@ impl Form {
 }
 
 /// The feed and view parameters of a topic URL: `BASE/feeds/FEED/` and `order`, `author`,
-/// `category` only.
+/// `category` only; or one of the feed's archive documents, `BASE/feeds/FEED/archive/` and
+/// `archive/K` (SPEC §11), without parameters.
+///
+/// Every document that advertises the hub names itself as `self`, so each is a topic: an
+/// archive document's `self` is the archive (RFC 5005), and a follower that reads the
+/// history through the archives subscribes with it. An archive URL names the feed's whole
+/// archive series, whose recent document is where every new entry lands: the hub delivers
+/// the feed's default view for it, exactly as for `BASE/feeds/FEED/`.
 fn topic_parts(base: &str, topic: &str) -> Result<(String, FeedQuery), ApiError> {
     let not_ours = || ApiError::bad_request(format!("hub.topic {:?} is not a feed URL of this service", quote(topic)));
     // The topic goes into every delivery's `Link` header as written: a URL, so ASCII.
@@ -74,8 +81,12 @@ fn topic_parts(base: &str, topic: &str) -> Result<(String, FeedQuery), ApiError>
         Some((p, q)) => (p, Some(q)),
         None => (rest, None),
     };
-    let segment = path.strip_suffix('/').unwrap_or(path);
-    if segment.is_empty() || segment.contains('/') {
+    let (segment, archive) = match path.split_once('/') {
+        Some((feed, "archive/")) => (feed, true),
+        Some((feed, k)) if k.strip_prefix("archive/").is_some_and(is_archive_number) => (feed, true),
+        _ => (path.strip_suffix('/').unwrap_or(path), false),
+    };
+    if segment.is_empty() || segment.contains('/') || (archive && query.is_some()) {
         return Err(not_ours());
     }
     let feed = crate::bounds::percent_decode(segment).map_err(|_| not_ours())?;
@@ -85,6 +96,11 @@ fn topic_parts(base: &str, topic: &str) -> Result<(String, FeedQuery), ApiError>
         return Err(ApiError::bad_request("hub.topic: deliveries are Atom, so its format can only be atom"));
     }
     Ok((feed, q))
+}
+
+/// `K` of `archive/K`: a document number, 1 or more.
+fn is_archive_number(k: &str) -> bool {
+    !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) && k.parse::<u64>().is_ok_and(|n| n >= 1)
 }
 
 /// The lease to grant: asked for (clamped to the configured bounds) or the default.
@@ -207,6 +223,10 @@ mod tests {
         assert_eq!(topic_parts(base, "http://h:1/feeds/c").unwrap().0, "c");
         let (_, atom) = topic_parts(base, "http://h:1/feeds/c/?order=modified&format=atom").unwrap();
         assert_eq!(atom.view_query(), "?order=modified", "the same view as without format");
+        for archive in ["http://h:1/feeds/c/archive/", "http://h:1/feeds/c/archive/1", "http://h:1/feeds/c/archive/12"] {
+            let (feed, q) = topic_parts(base, archive).unwrap();
+            assert_eq!((feed.as_str(), q.view_query().as_str()), ("c", ""), "{archive}");
+        }
         for bad in [
             "http://other/feeds/c/",
             "http://h:1/feeds/",
@@ -216,6 +236,12 @@ mod tests {
             "http://h:1/feeds/c/?author=Zoë",
             "http://h:1/feeds/c/?author=a b",
             "http://h:1/feeds/c/?format=json",
+            "http://h:1/feeds/c/archive",
+            "http://h:1/feeds/c/archive/0",
+            "http://h:1/feeds/c/archive/x",
+            "http://h:1/feeds/c/archive/1/",
+            "http://h:1/feeds/c/archive/?order=modified",
+            "http://h:1/feeds//archive/",
         ] {
             assert!(topic_parts(base, bad).is_err(), "{bad}");
         }
