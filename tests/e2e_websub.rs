@@ -40,7 +40,7 @@ fn shared() -> &'static HttpFixture {
             let closed = closed_feed("closed", &["alice@localhost"]);
             let feeds = [
                 "verify", "requests", "content", "order", "gone", "lease", "slow", "cross", "admin", "redirect",
-                "accepted", "leased", "body", "links",
+                "accepted", "leased", "body", "links", "selfs",
             ];
             format!("{http}{HUB}{closed}{}", bot_feeds(&feeds))
         })
@@ -641,4 +641,38 @@ async fn a_sigkill_between_commit_and_delivery_loses_no_document() {
     let log = std::fs::read_to_string(alone.log()).unwrap();
     assert!(!log.contains("crash-secret-xyz"), "the secret is never logged");
     alone.kill();
+}
+
+/// Every document that advertises the hub (`Link: rel=hub`) names as `rel=self` a topic the
+/// hub accepts, archive documents included (whose `self` is the archive, as RFC 5005
+/// wants): a follower that reads the history through `archive/` subscribes with it and gets
+/// the feed's new entries pushed.
+#[tokio::test]
+async fn every_document_advertising_the_hub_names_a_self_the_hub_accepts() {
+    let base = &shared().base;
+    put(base, "selfs", "s1").await;
+    let client = reqwest::Client::new();
+    for (path, accept) in [
+        ("/feeds/selfs/", "application/json"),
+        ("/feeds/selfs/?order=modified", "application/atom+xml"),
+        ("/feeds/selfs/archive/", "application/atom+xml"),
+        ("/feeds/selfs/archive/", "application/feed+json"),
+    ] {
+        let res = client.get(format!("{base}{path}")).header("accept", accept).send().await.expect("GET");
+        assert_eq!(res.status(), 200, "{path}");
+        let link = res.headers().get("link").and_then(|l| l.to_str().ok()).unwrap_or_default().to_string();
+        let rel = |name: &str| {
+            link.split(',')
+                .find(|l| l.contains(&format!("rel=\"{name}\"")))
+                .and_then(|l| l.trim().strip_prefix('<')?.split_once('>').map(|(u, _)| u.to_string()))
+                .unwrap_or_else(|| panic!("{path} ({accept}): no rel={name} in {link:?}"))
+        };
+        let (hub, self_url) = (rel("hub"), rel("self"));
+        let cb = Callback::start().await;
+        subscribed(&hub, &self_url, &cb, &[]).await;
+        let id = format!("after-{}", cb.url.len() + path.len() + accept.len());
+        put(base, "selfs", &id).await;
+        let docs = cb.wait_ids(&[id.as_str()]).await;
+        assert!(docs.iter().any(|d| d.body.contains(&format!("urn:{id}"))), "{path} ({accept}): {docs:?}");
+    }
 }

@@ -223,7 +223,8 @@ mod tests {
         assert_eq!(topic_parts(base, "http://h:1/feeds/c").unwrap().0, "c");
         let (_, atom) = topic_parts(base, "http://h:1/feeds/c/?order=modified&format=atom").unwrap();
         assert_eq!(atom.view_query(), "?order=modified", "the same view as without format");
-        for archive in ["http://h:1/feeds/c/archive/", "http://h:1/feeds/c/archive/1", "http://h:1/feeds/c/archive/12"] {
+        for archive in ["http://h:1/feeds/c/archive/", "http://h:1/feeds/c/archive/1", "http://h:1/feeds/c/archive/12"]
+        {
             let (feed, q) = topic_parts(base, archive).unwrap();
             assert_eq!((feed.as_str(), q.view_query().as_str()), ("c", ""), "{archive}");
         }
