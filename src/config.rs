@@ -361,6 +361,9 @@ pub struct FeedConfig {
     pub default_order: Option<String>,
     #[serde(default)]
     pub access: Access,
+    /// Pushes carry a `<body>` (the entry's title and link), so chat clients show them.
+    #[serde(default)]
+    pub push_body: bool,
     /// For `whitelist` feeds: bare JIDs, or `*@domain` for a whole domain.
     #[serde(default)]
     pub allowed: Vec<String>,
@@ -591,6 +594,7 @@ impl FeedConfig {
             },
             allowed: jids.into_iter().map(|j| canonical_jid(j)).collect(),
             allowed_domains: domains.into_iter().map(|d| canonical_jid(&d[2..])).collect(),
+            push_body: self.push_body,
         }
     }
 }

@@ -1,13 +1,14 @@
 //! End to end, service discovery (SPEC §7, XEP-0030): a real XMPP server (Prosody or
 //! ejabberd, see `crates/testkit/src/server/select.rs`) and the real
-//! `smartfeeds` binary with configured feeds, shared by the tests of this file (none of
-//! which publishes, so the list of feeds is fixed).
+//! `smartfeeds` binary with configured feeds, shared by the tests of this file (only the
+//! meta-data test publishes, to a configured feed, so the list of feeds is fixed).
 
 use std::collections::{BTreeSet, HashMap};
 
 use minidom::Element;
 use testkit::fixture::{Fixture, Shared};
 use testkit::pubsub::*;
+use testkit::push::subscribe_iq;
 use testkit::server::COMPONENT_DOMAIN as COMPONENT;
 use testkit::{Client, stanza_type, to_xml, xml};
 
@@ -40,6 +41,9 @@ title = "Hidden"
 access = "whitelist"
 allowed = ["bob@localhost"]
 "#;
+/// `pubsub#type` of a node of Atom entries (XEP-0472).
+const SOCIAL_FEED: &str = "urn:xmpp:pubsub-social-feed:1";
+const COMMANDS: &str = "http://jabber.org/protocol/commands";
 const OPEN_FEEDS: [&str; 5] = ["alpha", "beta", "delta", "epsilon", "gamma"];
 
 static FIXTURE: Shared<Fixture> = Shared::new();
@@ -99,13 +103,25 @@ async fn the_component_is_a_pubsub_service_with_rsm_and_shim() {
     let q = query(&reply, DISCO_INFO);
     assert!(identities(q).contains(&("pubsub".into(), "service".into())), "{}", to_xml(&reply));
     let got = features(q);
-    let mut want = vec![DISCO_INFO.to_string(), PUBSUB.to_string(), RSM.to_string(), SHIM.to_string()];
-    for f in ["retrieve-items", "subscribe", "retrieve-subscriptions", "publish", "retract-items", "meta-data", "rsm"] {
-        want.push(format!("{PUBSUB}#{f}"));
+    // Every feature the service implements, and only those.
+    let mut want: BTreeSet<String> =
+        [DISCO_INFO, DISCO_ITEMS, PUBSUB, RSM, SHIM, "urn:xmpp:ping", COMMANDS].into_iter().map(String::from).collect();
+    for f in [
+        "retrieve-items",
+        "item-ids",
+        "rsm",
+        "subscribe",
+        "retrieve-subscriptions",
+        "publish",
+        "retract-items",
+        "persistent-items",
+        "meta-data",
+        "access-open",
+        "access-whitelist",
+    ] {
+        want.insert(format!("{PUBSUB}#{f}"));
     }
-    for f in want {
-        assert!(got.contains(&f), "feature {f} is announced: {}", to_xml(&reply));
-    }
+    assert_eq!(got, want, "{}", to_xml(&reply));
 
     // XEP-0131 §3.2: the headers it sends, on the SHIM node.
     let reply = alice.iq(info_iq(Some(SHIM))).await;
@@ -129,7 +145,8 @@ async fn every_view_is_a_leaf_node_with_meta_data() {
         let meta = form(q, &format!("{PUBSUB}#meta-data")).unwrap_or_else(|| panic!("a meta-data form: {raw}"));
         assert_eq!(meta.get("pubsub#title"), Some(&vec!["Alpha".to_string()]), "{raw}");
         assert_eq!(meta.get("pubsub#description"), Some(&vec!["The first feed".to_string()]), "{raw}");
-        assert_eq!(meta.get("pubsub#type"), Some(&vec![ATOM.to_string()]), "{raw}");
+        assert_eq!(meta.get("pubsub#type"), Some(&vec![SOCIAL_FEED.to_string()]), "{raw}");
+        assert_eq!(meta.get("pubsub#access_model"), Some(&vec!["open".to_string()]), "{raw}");
     }
     // Another feed has its own title.
     let reply = alice.iq(info_iq(Some("gamma"))).await;
@@ -142,6 +159,46 @@ async fn every_view_is_a_leaf_node_with_meta_data() {
         let text = assert_error(&reply, "item-not-found", None);
         assert!(text.contains(names), "the text for {node} names {names:?}: {text}");
     }
+}
+
+/// The values Movim reads from a node's form: a creation date once the feed has an item,
+/// each view's own subscribers, the access model of a whitelist feed.
+#[tokio::test]
+async fn meta_data_counts_subscribers_per_view_and_dates_the_first_item() {
+    let mut bot = login("bot").await;
+    let mut alice = login("alice").await;
+    let meta = |reply: &Element| form(query(reply, DISCO_INFO), &format!("{PUBSUB}#meta-data")).expect("form");
+    let one = |s: &str| vec![s.to_string()];
+
+    let before = now_ms();
+    publish(&mut bot, "alpha", "meta-1", &entry("urn:meta-1", "Meta", None, &["meta"])).await;
+    let view = "alpha?category=meta";
+    let jid = alice.jid().to_string();
+    let reply = alice.iq(subscribe_iq(view, &jid)).await;
+    assert_eq!(stanza_type(&reply), "result", "{}", to_xml(&reply));
+
+    let reply = alice.iq(info_iq(Some(view))).await;
+    let raw = to_xml(&reply);
+    let m = meta(&reply);
+    assert_eq!(m.get("pubsub#num_subscribers"), Some(&one("1")), "the view's own subscriber: {raw}");
+    assert_eq!(m.get("pubsub#num_items"), Some(&one("1")), "{raw}");
+    let created = m.get("pubsub#creation_date").and_then(|v| parse_rfc3339(&v[0]));
+    let created = created.unwrap_or_else(|| panic!("a creation date: {raw}"));
+    // The feed's first item: this test's, published just now.
+    assert!(created <= now_ms() && created >= before - 1000, "creation date {created}: {raw}");
+
+    // The whole feed is another node, with its own subscribers (none) and the same date.
+    let reply = alice.iq(info_iq(Some("alpha"))).await;
+    let m = meta(&reply);
+    assert_eq!(m.get("pubsub#num_subscribers"), Some(&one("0")), "{}", to_xml(&reply));
+    assert_eq!(m.get("pubsub#creation_date").and_then(|v| parse_rfc3339(&v[0])), Some(created), "{}", to_xml(&reply));
+
+    // A feed without items has no creation date yet; a whitelist feed says so.
+    let mut bob = login("bob").await;
+    let reply = bob.iq(info_iq(Some("hidden"))).await;
+    let m = meta(&reply);
+    assert_eq!(m.get("pubsub#access_model"), Some(&one("whitelist")), "{}", to_xml(&reply));
+    assert_eq!(m.get("pubsub#creation_date"), None, "{}", to_xml(&reply));
 }
 
 /// The feeds of a disco#items reply, after checking every item is ours.

@@ -126,7 +126,8 @@ async fn page_size_is_clamped_to_max_page() {
     }
     // max_items too.
     let page = pull(&mut alice, &Pull::node(node).max_items(1000)).await;
-    assert_eq!(page.ids(), ids[ids.len() - MAX_PAGE..], "max_items is clamped to the {MAX_PAGE} newest: {}", page.raw);
+    let newest: Vec<String> = ids.iter().rev().take(MAX_PAGE).cloned().collect();
+    assert_eq!(page.ids(), newest, "max_items is clamped to the {MAX_PAGE} newest, newest first: {}", page.raw);
 
     // Walking with a large max still reaches every item once.
     let mut seen = Vec::new();

@@ -589,16 +589,73 @@ async fn check_page_sizes(bob: &mut testkit::Connection, s: &Seed) {
         assert_eq!(page.first_index, Some(i as u64));
     }
 
-    // max_items: the n most recent (by the view's time), in the view's order.
+    // max_items: the n most recent (by the view's time), newest first, with the <set/> an
+    // RSM page has: the newest is <first>, at index 0.
     for v in &VIEWS {
-        let expected = s.expected(v);
-        let n = expected.len();
+        let newest = newest_first_of(s, v);
         let page = get(bob, &Pull::node(v.node).max_items(5)).await;
-        let want = if v.descending { expected[..5].to_vec() } else { expected[n - 5..].to_vec() };
-        assert_eq!(page.ids(), want, "{} max_items=5", v.node);
+        assert_eq!(page.ids(), &newest[..5], "{} max_items=5", v.node);
+        assert_eq!((page.first_index, page.count), (Some(0), Some(newest.len() as u64)), "{}", page.raw);
+        assert!(page.first.is_some() && page.last.is_some(), "{}", page.raw);
     }
     let page = get(bob, &Pull::node(ZOE_NODE).max_items(50)).await;
-    assert_eq!(page.ids(), s.expected(s.view(ZOE_NODE)), "max_items above the count: all of them");
+    assert_eq!(page.ids(), newest_first_of(s, s.view(ZOE_NODE)), "max_items above the count: all of them");
+}
+
+/// A view's items newest first (by the view's time), as `max_items` requests read it.
+fn newest_first_of(s: &Seed, v: &ViewSpec) -> Vec<String> {
+    let mut ids = s.expected(v);
+    if !v.descending {
+        ids.reverse();
+    }
+    ids
+}
+
+/// Movim's paging (a `max_items` request, then `<before>` the page's `<last>` for older
+/// posts and `<after>` its `<first>` for newer ones, as on ejabberd's SQL backend): back to
+/// the oldest item and forward again to the newest, every item once, in every view.
+#[tokio::test]
+async fn movim_pages_back_in_time_and_forward_again() {
+    let s = seed();
+    let mut bob = login("bob").await;
+    const N: usize = 10;
+    for v in &VIEWS {
+        let newest = newest_first_of(s, v);
+        let count = Some(newest.len() as u64);
+        // Back in time: the first page, then <before> each page's <last>.
+        let mut page = get(&mut bob, &Pull::node(v.node).max_items(N)).await;
+        // Each page's ids and <first>.
+        let mut back: Vec<(Vec<String>, String)> = Vec::new();
+        while !page.items.is_empty() {
+            assert!(back.len() <= newest.len() / N, "{}: more pages than items allow: {}", v.node, page.raw);
+            assert_eq!(page.count, count, "{}: <count> on every page: {}", v.node, page.raw);
+            let at = back.iter().map(|(ids, _)| ids.len()).sum::<usize>() as u64;
+            assert_eq!(page.first_index, Some(at), "{}: <first index> counts from the newest: {}", v.node, page.raw);
+            let first = page.first.clone().unwrap_or_else(|| panic!("a <first>: {}", page.raw));
+            back.push((page.ids(), first));
+            let last = page.last.clone().unwrap_or_else(|| panic!("a <last>: {}", page.raw));
+            page = get(&mut bob, &Pull::node(v.node).max_items(N).max(N).before(&last)).await;
+        }
+        let back_ids: Vec<String> = back.iter().flat_map(|(ids, _)| ids.clone()).collect();
+        assert_eq!(back_ids, newest, "{}: back in time, every item once, newest first", v.node);
+        assert!(back.iter().all(|(ids, _)| ids.len() <= N), "{}: pages of at most {N}", v.node);
+
+        // Forward again from the oldest page: <after> each page's <first>.
+        let (oldest, mut first) = back.pop().expect("a view with items");
+        let mut forward: Vec<Vec<String>> = vec![oldest];
+        loop {
+            let page = get(&mut bob, &Pull::node(v.node).max_items(N).max(N).after(&first)).await;
+            if page.items.is_empty() {
+                break;
+            }
+            assert!(forward.len() <= newest.len() / N, "{}: more pages than items allow: {}", v.node, page.raw);
+            first = page.first.clone().unwrap_or_else(|| panic!("a <first>: {}", page.raw));
+            forward.push(page.ids());
+        }
+        forward.reverse();
+        assert_eq!(forward.concat(), newest, "{}: forward again, every item once", v.node);
+    }
+    bob.close().await;
 }
 
 /// `<item id/>` lookups; filtered views hold exactly the matching items.

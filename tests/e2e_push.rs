@@ -25,7 +25,7 @@ use minidom::Element;
 use testkit::fixture::{Fixture, Shared};
 use testkit::pubsub::*;
 use testkit::push::*;
-use testkit::smartfeeds::{bot_feeds, closed_feed};
+use testkit::smartfeeds::{BOT_PUBLISHES, bot_feeds, closed_feed, feeds};
 use testkit::{Client, Kind, TestServer, stanza_type, to_xml, xml};
 
 /// The push settings: two permanent delivery errors in a row remove a JID's subscriptions.
@@ -45,7 +45,8 @@ fn fixture() -> std::sync::MutexGuard<'static, Fixture> {
     let fixture = FIXTURE.get_or_start(|| {
         let plain = bot_feeds(&["news", "subs", "gap", "rs", "bounce", "meta", "burst", "gone"]);
         let closed = closed_feed("closed", &["p2-insider@localhost"]);
-        Mutex::new(Fixture::start(&format!("{PUSH}\n{plain}{closed}")))
+        let chat = feeds(&["chat"], &format!("push_body = true\n{BOT_PUBLISHES}"));
+        Mutex::new(Fixture::start(&format!("{PUSH}\n{plain}{closed}{chat}")))
     });
     fixture.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -95,6 +96,7 @@ fn check_envelope(push: &Push, to: &str) {
     assert_eq!(push.to, to, "the push goes to the subscribed JID: {raw}");
     assert!(push.id.as_deref().is_some_and(|i| !i.is_empty()), "a push has an id: {raw}");
     assert!(push.total.is_some(), "TotalItems header: {raw}");
+    assert!(!raw.contains("<body"), "no <body> unless the feed asks for one: {raw}");
     let last = push.last_cursor();
     assert!(Cursor::parse_spec(&format!("cursor:{last}")).is_some(), "LastCursor {last:?} is T_O_C: {raw}");
     if let Some(prev) = &push.previous {
@@ -871,4 +873,44 @@ async fn num_subscribers_in_the_node_meta_data_counts_its_subscriptions() {
         count(1),
         "{node} still has hank's subscription only (XEP-0060: the number of subscribers to the node)"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. A push a chat client shows: `push_body = true`.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_feed_with_push_body_pushes_the_title_and_link_as_the_body() {
+    let _gate = GATE.read().await;
+    let mut ivy = user("p7-ivy").await;
+    let ivy_full = ivy.jid().to_string();
+    // The modified view, where retractions are pushed too; two subscribers, so the push
+    // goes through the server's multicast service where there is one.
+    subscribe(&mut ivy, "chat?order=modified", &ivy_full).await;
+    let mut jay = user("p7-jay").await;
+    subscribe(&mut jay, "chat?order=modified", "p7-jay@localhost").await;
+    let mut bot = bot().await;
+    let entry = format!(
+        r#"<entry xmlns="{ATOM}"><id>urn:chat:1</id><title>Tea &amp; cake</title><link rel="alternate" href="https://example.org/tea"/><updated>2024-01-01T00:00:00Z</updated></entry>"#
+    );
+    publish(&mut bot, "chat", "c1", &entry).await;
+    let msg = ivy.next_message(PUSH_WAIT).await.expect("a push");
+    let raw = to_xml(&msg);
+    let body = msg.children().find(|c| c.name() == "body").unwrap_or_else(|| panic!("a <body>: {raw}"));
+    assert_eq!(body.text(), "Tea & cake\nhttps://example.org/tea", "{raw}");
+    // Beside the event and its headers, as every push.
+    let push = parse_push(&msg);
+    assert_eq!((push.item_id(), push.title().as_deref()), ("c1", Some("Tea & cake")), "{raw}");
+    assert!(push.total.is_some() && push.last.is_some(), "{raw}");
+    let msg = jay.next_message(PUSH_WAIT).await.expect("jay's push");
+    let body = msg.children().find(|c| c.name() == "body").map(|b| b.text());
+    assert_eq!(body.as_deref(), Some("Tea & cake\nhttps://example.org/tea"), "{}", to_xml(&msg));
+
+    // A retraction has nothing to show.
+    retract(&mut bot, "chat", "c1").await;
+    let msg = ivy.next_message(PUSH_WAIT).await.expect("a retraction push");
+    assert!(msg.children().all(|c| c.name() != "body"), "{}", to_xml(&msg));
+    assert!(parse_push(&msg).is_retract());
+    let msg = jay.next_message(PUSH_WAIT).await.expect("jay's retraction push");
+    assert!(parse_push(&msg).is_retract(), "{}", to_xml(&msg));
 }

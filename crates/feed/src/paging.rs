@@ -163,18 +163,6 @@ pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> 
     Ok(out)
 }
 
-/// The `n` items of the view with the latest times, in view order.
-pub fn most_recent(tx: &dyn ReadTx, feed: &FeedRow, view: &View, n: usize) -> Result<Page, FeedError> {
-    let scope = scope(feed, view);
-    let mut out = Page { count: tx.count(scope)?, ..Page::default() };
-    let mut items = tx.scan(scope, Range { descending: true, limit: n, ..Range::default() })?;
-    if !view.order.descending {
-        items.reverse();
-    }
-    finish(tx, scope, view, items, None, &mut out)?;
-    Ok(out)
-}
-
 /// The items with these ids that belong to the view, in view order.
 pub fn by_ids(tx: &dyn ReadTx, feed: &FeedRow, view: &View, ids: &[String]) -> Result<Page, FeedError> {
     let scope = scope(feed, view);

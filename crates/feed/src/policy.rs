@@ -30,6 +30,8 @@ pub struct FeedPolicy {
     pub allowed: HashSet<String>,
     /// For whitelist feeds: domains whose every JID may read (`*@domain` in the config).
     pub allowed_domains: HashSet<String>,
+    /// Pushes carry a `<body>` with the entry's title and link, for chat clients.
+    pub push_body: bool,
 }
 
 /// Bounds on what one request may ask of the core, and on how fast one sender may ask:

@@ -23,6 +23,7 @@
 //! push. Messages wait in their own bounded queue, which the link drains after replies.
 
 use super::multicast::{Limits, LinkMulticast, Outgoing};
+use super::payloads::event::headline_text;
 use super::payloads::shim::SyncHeaders;
 use super::payloads::{Headers, Push, PushBody};
 use feed::ports::{Store, StoreError};
@@ -286,6 +287,11 @@ impl<S: Store> Notifier<S> {
             Payload::Tombstone { .. } => None,
         };
         let from = self.me.to_string();
+        // A chat client shows a push only with a <body>: the feed may ask for one.
+        let text = match entry {
+            Some(xml) if self.svc.policy().feed(&change.feed).push_body => headline_text(xml),
+            _ => None,
+        };
         let mut out = Vec::with_capacity(recipients.iter().map(|r| r.subscriptions.len()).sum());
         for r in recipients {
             let headers = Headers::from(SyncHeaders {
@@ -298,8 +304,11 @@ impl<S: Store> Notifier<S> {
                 let body = match bodies.get(&sub.node) {
                     Some(body) => body.clone(),
                     None => {
-                        let body = PushBody::new(from.clone(), &sub.node, &item.id, entry, &headers)
+                        let mut body = PushBody::new(from.clone(), &sub.node, &item.id, entry, &headers)
                             .map_err(|err| EncodeError { item: item.id.clone(), err })?;
+                        if let Some(text) = &text {
+                            body = body.with_text(text);
+                        }
                         let body = Arc::new(body);
                         bodies.insert(sub.node.clone(), body.clone());
                         body

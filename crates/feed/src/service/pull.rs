@@ -3,9 +3,11 @@
 
 use super::{Service, no_feed};
 use crate::error::FeedError;
+use crate::node::{Filter, Order, OrderBy, View};
 use crate::paging::{self, Anchor, Page, PageRequest, scope};
-use crate::policy::Action;
+use crate::policy::{Access, Action};
 use crate::ports::Store;
+use crate::ports::{Range, Scope};
 use crate::position::Position;
 
 /// An `<items/>` request (or its HTTP twin) as the face parsed it, positions still as text.
@@ -33,6 +35,11 @@ pub struct NodeInfo {
     pub description: String,
     pub count: u64,
     pub subscribers: u64,
+    /// Who may read it: `open` or `whitelist`, as configured.
+    pub access: Access,
+    /// When the feed's first item was stamped, Unix ms: a feed is made by its first
+    /// publish, and one made empty (by an admin or the configuration) has none yet.
+    pub created: Option<i64>,
 }
 
 /// A feed as disco#items lists it.
@@ -43,10 +50,39 @@ pub struct FeedSummary {
 }
 
 /// What a pull asks the store for, once the request is checked.
+#[derive(Debug, PartialEq, Eq)]
 enum Want {
     Ids(Vec<String>),
-    MostRecent(usize),
     Page(PageRequest),
+    /// A request with `max_items`: a page of the view read newest first, the shape Movim
+    /// and ejabberd's SQL backend share. See [`newest_first`].
+    NewestFirst(PageRequest),
+}
+
+/// The page shape of a request that carries `max_items` (XEP-0060 §6.5.7): the view read
+/// newest first, so the first page is the newest `max_items` items, `<first>` the newest
+/// of a page and `<last>` its oldest; `<before>` then means older and `<after>` newer.
+/// That is how Movim pages a node back in time (`<before>` with the page's `<last>`) and
+/// forward (`<after>` with its `<first>`); on the newest-first view these are XEP-0059's
+/// `<after>` and `<before>`, so they are swapped here. Requests without `max_items` keep
+/// XEP-0059's meaning on the view as named.
+fn newest_first(req: PageRequest) -> Result<PageRequest, FeedError> {
+    let (after, before) = match (req.start, req.before) {
+        (Some(Anchor::After(_)), Some(_)) => {
+            return Err(FeedError::BadRequest("with max_items, give after or before, not both".into()));
+        }
+        (Some(Anchor::After(p)), None) => (None, Some(Some(p))),
+        (start @ (Some(Anchor::Index(_)) | None), None) => {
+            return Ok(PageRequest { max: req.max, start, before: None });
+        }
+        // `<before/>` empty: the oldest page, the last of the newest-first view.
+        (None, Some(None)) => (None, Some(None)),
+        (None, Some(Some(p))) => (Some(Anchor::After(p)), None),
+        (Some(Anchor::Index(_)), Some(_)) => {
+            return Err(FeedError::BadRequest("index cannot be combined with before".into()));
+        }
+    };
+    Ok(PageRequest { max: req.max, start: after, before })
 }
 
 impl<S: Store> Service<S> {
@@ -59,8 +95,11 @@ impl<S: Store> Service<S> {
                 let feed = tx.feed(&view.feed)?.ok_or_else(|| no_feed(&view.feed))?;
                 match &want {
                     Want::Ids(ids) => paging::by_ids(tx, &feed, &view, ids),
-                    Want::MostRecent(n) => paging::most_recent(tx, &feed, &view, *n),
                     Want::Page(req) => paging::page(tx, &feed, &view, req),
+                    Want::NewestFirst(req) => {
+                        let newest_first = View { order: Order { descending: true, ..view.order }, ..view.clone() };
+                        paging::page(tx, &feed, &newest_first, req)
+                    }
                 }
             })
             .await
@@ -84,9 +123,6 @@ impl<S: Store> Service<S> {
         if !req.ids.is_empty() {
             return Ok(Want::Ids(req.ids));
         }
-        if let Some(n) = req.max_items {
-            return Ok(Want::MostRecent(n.min(limits.max_page) as usize));
-        }
         let parse = |s: &Option<String>| s.as_deref().map(Position::parse).transpose();
         let after = parse(&req.after)?;
         let before = match req.before.as_deref() {
@@ -103,8 +139,14 @@ impl<S: Store> Service<S> {
             (None, Some(p)) => Some(Anchor::After(p)),
             (None, None) => None,
         };
-        let max = self.page_size(req.max) as usize;
-        Ok(Want::Page(PageRequest { max, start, before }))
+        match req.max_items {
+            // RSM's `<max>` when both are given, as the page size of any other request.
+            Some(n) => {
+                let max = req.max.unwrap_or(n).min(n).min(limits.max_page) as usize;
+                Ok(Want::NewestFirst(newest_first(PageRequest { max, start, before })?))
+            }
+            None => Ok(Want::Page(PageRequest { max: self.page_size(req.max) as usize, start, before })),
+        }
     }
 
     /// Meta-data of a node for disco#info.
@@ -113,16 +155,22 @@ impl<S: Store> Service<S> {
         let rules = self.policy.feed(&view.feed);
         let title = rules.title.clone().unwrap_or_else(|| view.feed.clone());
         let description = rules.description.clone().unwrap_or_default();
-        let (count, subscribers) = self
+        let access = rules.access;
+        let (count, subscribers, created) = self
             .store
             .read(move |tx| {
                 let feed = tx.feed(&view.feed)?.ok_or_else(|| no_feed(&view.feed))?;
                 // Each view is a node of its own, so its subscribers are the view's, not the feed's.
                 let subscribers = tx.subscribers(feed.id, &view.canonical())?.len() as u64;
-                Ok((tx.count(scope(&feed, &view))?, subscribers))
+                // The feed's first item, whatever the view shows: the node's creation.
+                let all = Filter::default();
+                let first = Range { limit: 1, ..Range::default() };
+                let by_creation = Scope { feed: feed.id, by: OrderBy::Created, filter: &all };
+                let created = tx.scan(by_creation, first)?.first().map(|i| i.created.t);
+                Ok((tx.count(scope(&feed, &view))?, subscribers, created))
             })
             .await?;
-        Ok(NodeInfo { title, description, count, subscribers })
+        Ok(NodeInfo { title, description, count, subscribers, access, created })
     }
 
     /// Feeds `actor` may read, by name, after `after`, at most `max`.
@@ -153,5 +201,32 @@ impl<S: Store> Service<S> {
                 }
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Position {
+        Position::parse(s).unwrap()
+    }
+
+    fn req(start: Option<Anchor>, before: Option<Option<Position>>) -> PageRequest {
+        PageRequest { max: 10, start, before }
+    }
+
+    #[test]
+    fn newest_first_swaps_movims_before_and_after() {
+        let p = || at("id:older");
+        // Older than the page's `<last>`: after it on the newest-first view.
+        assert_eq!(newest_first(req(None, Some(Some(p())))), Ok(req(Some(Anchor::After(p())), None)));
+        // Newer than the page's `<first>`: before it.
+        assert_eq!(newest_first(req(Some(Anchor::After(p())), None)), Ok(req(None, Some(Some(p())))));
+        // The first page, an index, and the oldest page keep their place.
+        assert_eq!(newest_first(req(None, None)), Ok(req(None, None)));
+        assert_eq!(newest_first(req(Some(Anchor::Index(3)), None)), Ok(req(Some(Anchor::Index(3)), None)));
+        assert_eq!(newest_first(req(None, Some(None))), Ok(req(None, Some(None))));
+        assert!(matches!(newest_first(req(Some(Anchor::After(p())), Some(Some(p())))), Err(FeedError::BadRequest(_))));
     }
 }

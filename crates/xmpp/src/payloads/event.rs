@@ -19,6 +19,26 @@ use xmpp_parsers::ns;
 use xso::error::Error;
 use xso::exports::rxml::xml_ncname;
 
+use feed::atom::{ATOM, escape, parse_stored};
+
+/// A chat client's line for a stored entry: its title, then its link (the `alternate`
+/// one, or the first without `rel`), each when it has one; `None` when it has neither or
+/// does not parse.
+pub fn headline_text(entry: &str) -> Option<String> {
+    let entry = parse_stored(entry).ok()?;
+    let title = entry.get_child("title", ATOM).map(|t| t.text().trim().to_string()).filter(|t| !t.is_empty());
+    let link = entry
+        .children()
+        .filter(|l| l.is("link", ATOM))
+        .find(|l| matches!(l.attr("rel"), None | Some("alternate")))
+        .and_then(|l| l.attr("href"))
+        .map(str::to_string);
+    match (title, link) {
+        (Some(t), Some(l)) => Some(format!("{t}\n{l}")),
+        (t, l) => t.or(l),
+    }
+}
+
 /// What every copy of one push shares: the sender (the component's JID, which Prosody
 /// requires as `from`), and the `<event/>` and `<headers/>`, encoded once.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,6 +97,12 @@ impl PushBody {
     ) -> Result<PushBody, std::io::Error> {
         let xml = to_xml(&EventXml { node, id, entry })? + &to_xml(&Xso(headers))?;
         Ok(PushBody { from, xml })
+    }
+
+    /// The same with a `<body>` first, `text` escaped: what a chat client shows.
+    pub fn with_text(mut self, text: &str) -> PushBody {
+        self.xml = format!("<body>{}</body>{}", escape(text), self.xml);
+        self
     }
 
     /// `<event/><headers/>` as written into every copy (a multicast message carries it
@@ -195,5 +221,30 @@ mod tests {
         assert_eq!(written.attr("id"), Some("<p>"));
         let event = Event::try_from(written.get_child("event", ns::PUBSUB_EVENT).unwrap().clone()).unwrap();
         assert!(matches!(event.payload, Payload::Items { node, .. } if node.0 == "a&b<'\""));
+    }
+
+    #[test]
+    fn headline_text_is_the_title_then_the_link() {
+        let e = |inner: &str| format!("<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:x</id>{inner}</entry>");
+        let both = e("<title> Hi &amp; all </title><link rel='self' href='s'/><link href='https://x/1'/>");
+        assert_eq!(headline_text(&both).as_deref(), Some("Hi & all\nhttps://x/1"));
+        let alternate = e("<link rel='alternate' href='https://x/2'/>");
+        assert_eq!(headline_text(&alternate).as_deref(), Some("https://x/2"));
+        assert_eq!(headline_text(&e("<title>Only</title>")).as_deref(), Some("Only"));
+        assert_eq!(headline_text(&e("<title> </title><link rel='self' href='s'/>")), None);
+        assert_eq!(headline_text("not xml"), None);
+    }
+
+    #[test]
+    fn a_body_is_a_message_body_beside_the_event() {
+        let body = PushBody::new("f".into(), "c", "i", Some(ENTRY), &headers()).unwrap().with_text("a < b\nhttps://x");
+        let push = Push { to: "alice@example.net/1".into(), id: "p1".into(), body: Arc::new(body) };
+        let elem: Element = to_xml(&push).unwrap().parse().unwrap();
+        let parsed = Message::try_from(elem.clone()).unwrap();
+        assert_eq!(parsed.bodies.get("").map(|b| b.as_str()), Some("a < b\nhttps://x"));
+        assert!(
+            elem.get_child("event", ns::PUBSUB_EVENT).is_some()
+                && elem.get_child("headers", crate::payloads::SHIM).is_some()
+        );
     }
 }
