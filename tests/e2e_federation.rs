@@ -99,7 +99,10 @@ async fn a_remote_user_pulls_subscribes_and_catches_up_after_her_server_was_away
     assert_eq!(stanza_type(&info), "result", "disco#info over s2s: {raw}\n{}", fed.home.log_tail(40));
     let features = info.get_child("query", DISCO_INFO).map(|q| q.children().filter_map(|f| f.attr("var")).count());
     assert!(raw.contains("var='http://jabber.org/protocol/pubsub'") && features > Some(5), "{raw}");
-    assert_eq!(meta_field(&alice.iq(disco_info_iq(NEWS)).await, "pubsub#type").as_deref(), Some(ATOM));
+    assert_eq!(
+        meta_field(&alice.iq(disco_info_iq(NEWS)).await, "pubsub#type").as_deref(),
+        Some("urn:xmpp:pubsub-social-feed:1")
+    );
 
     // Pull with RSM, two items a page.
     let (ids, last) = pull_all(&mut alice, NEWS, None, 2).await;
