@@ -175,18 +175,8 @@ async fn a_source_whose_hub_is_another_smartfeeds_delivers_new_entries_within_a_
         }
     };
     put("first").await;
-    // Downstream: the upstream feed URL as its source, polled only hourly; a public prefix,
-    // so it may subscribe to the hub the source names.
-    let tables = format!(
-        "[sources]\nallow_private = true\n[[feeds]]\nname = \"down\"\nsource = \"{}/feeds/up/\"\nsource_interval = 3600\n",
-        up.base
-    );
-    let down = Standalone::start_public("", &[], &tables);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !down.log().contains("subscribed to the source's hub") {
-        assert!(Instant::now() < deadline, "no subscription to the upstream hub:\n{}\n---\n{}", down.log(), up.log());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Downstream: the upstream feed URL as its source.
+    let down = follower(&up, "feeds/up/").await;
     assert_eq!(total(&down.base, "down").await, 1, "the first fetch imported the first entry");
     // A new entry upstream arrives downstream through the hub, well before any poll.
     for (n, id) in ["second", "third"].into_iter().enumerate() {
@@ -216,6 +206,23 @@ async fn a_source_whose_hub_is_another_smartfeeds_delivers_new_entries_within_a_
     assert_eq!(res.status(), 202);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(total(&down.base, "down").await, 3, "the forged entry is not imported");
+}
+
+/// A smartfeeds whose feed `down` has `up`'s document at `path` as its source, polled only
+/// hourly, with a public prefix so that it may subscribe to the hub the source names;
+/// returned once it has.
+async fn follower(up: &Standalone, path: &str) -> Standalone {
+    let tables = format!(
+        "[sources]\nallow_private = true\n[[feeds]]\nname = \"down\"\nsource = \"{}/{path}\"\nsource_interval = 3600\n",
+        up.base
+    );
+    let down = Standalone::start_public("", &[], &tables);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !down.log().contains("subscribed to the source's hub") {
+        assert!(Instant::now() < deadline, "no subscription to the upstream hub:\n{}\n---\n{}", down.log(), up.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    down
 }
 
 fn two_entries(prefix: &str) -> String {
@@ -386,4 +393,37 @@ async fn after_a_restart_a_source_with_a_hub_is_read_whole_once_and_subscribed_t
     assert_eq!(hits.len(), 2);
     assert!(hits[1].headers.get("if-none-match").is_none() && hits[1].status == 200, "{:?}", hits[1]);
     assert_eq!(total(&sf.base, "again").await, 2, "nothing imported twice");
+}
+
+/// Another smartfeeds' feed named by its `archive/` URL: the follower gets the whole history
+/// through the archives (several documents: two entries each upstream) and, since the
+/// archive document advertises the hub with itself as `self` and the hub takes it as a
+/// topic, every later entry through the hub within a second, without polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_named_by_its_archive_gives_the_whole_history_and_then_pushes() {
+    let up = Standalone::start("archive_page = 2\n", &["up"], "[hub]\nallow_private_callbacks = true\n");
+    let client = reqwest::Client::new();
+    let put = |id: String| {
+        let (client, base) = (client.clone(), up.base.clone());
+        async move {
+            let entry = testkit::pubsub::entry(&format!("urn:up:{id}"), &id, Some("Upstream"), &["live"]);
+            let res = testkit::http::put_entry(&client, &base, "up", &id, testkit::http::BOT, &entry).await.unwrap();
+            assert_eq!(res.status(), 200);
+        }
+    };
+    for n in 1..=7 {
+        put(format!("old{n}")).await;
+    }
+    let down = follower(&up, "feeds/up/archive/").await;
+    until_total(&down, "down", 7).await;
+    let t = Instant::now();
+    put("new".into()).await;
+    while total(&down.base, "down").await < 8 {
+        assert!(t.elapsed() < Duration::from_secs(1), "the new entry not delivered within a second:\n{}", down.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let doc: Value =
+        reqwest::get(format!("{}/feeds/down/?order=created", down.base)).await.unwrap().json().await.unwrap();
+    let titles: Vec<&str> = doc["items"].as_array().unwrap().iter().map(|i| i["title"].as_str().unwrap()).collect();
+    assert_eq!(titles, ["old1", "old2", "old3", "old4", "old5", "old6", "old7", "new"], "each once, in order");
 }
