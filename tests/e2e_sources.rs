@@ -5,7 +5,8 @@
 //! pushed for unchanged fetches; archives imported on a first fetch and walked back after a
 //! burst; pings; bad sources logged, retried or stopped while everything else goes on; a
 //! failing source's backoff, doubling from its interval, and its recovery; a loopback source
-//! refused without `allow_private`.
+//! refused without `allow_private`; another smartfeeds' feed followed by its feed URL, its
+//! pages and its hub, with the SHIM chain unbroken for the follower's XMPP subscribers.
 
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use testkit::push::{assert_no_message, next_push, subscribe as xmpp_subscribe};
 use testkit::smartfeeds::bot_feeds;
 use testkit::smartfeeds::{assert_refused, check_config, run_bin};
 use testkit::source_server::{Doc, Hit, SourceServer};
+use testkit::standalone::Standalone;
 use testkit::websub::{Callback, entry_ids, subscribed};
 use testkit::{Client, Shared};
 
@@ -24,6 +26,8 @@ struct Sources {
     web: SourceServer,
     /// `[metrics] listen` port.
     metrics: u16,
+    /// Another smartfeeds, HTTP only: its feed `up` is the source of the feed `followed`.
+    up: Standalone,
 }
 
 static SHARED: Shared<Sources> = Shared::new();
@@ -103,6 +107,7 @@ const THREE: [E<'static>; 3] = [
 
 fn sources() -> &'static Sources {
     SHARED.get_or_start(|| {
+        let up = upstream();
         let web = SourceServer::start();
         web.set("/atom.xml", Doc::atom(&atom(&THREE.iter().map(atom_entry).collect::<Vec<_>>(), "")));
         web.set("/rss.xml", Doc::typed("application/rss+xml", &rss(&THREE)));
@@ -141,17 +146,48 @@ fn sources() -> &'static Sources {
             "[[feeds]]\nname = \"backoff\"\nsource = \"{}\"\nsource_interval = {BACKOFF_INTERVAL}\n",
             web.url("/backoff.xml")
         ));
+        feeds.push_str(&format!(
+            "[[feeds]]\nname = \"followed\"\nsource = \"{}/feeds/up/\"\nsource_interval = 3600\n",
+            up.base
+        ));
         let metrics = testkit::process::free_port();
         let fx = HttpFixture::start(|port| {
             format!(
                 "{}[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n[hub]\nallow_private_callbacks = true\n[sources]\nallow_private = true\ntimeout = 2\n\
                  max_bytes = 200000\n{feeds}{}",
-                http_table(port, "", &["bot", "alice"]),
+                // Its own address, for the callback URL it gives the hub of `followed`'s source.
+                http_table(port, &format!("base_url = \"http://127.0.0.1:{port}\"\n"), &["bot", "alice"]),
                 bot_feeds(&["plain"])
             )
         });
-        Sources { fx, web, metrics }
+        Sources { fx, web, metrics, up }
     })
+}
+
+/// Another smartfeeds (HTTP only) whose feed `up` holds the five entries `old1` to `old5`,
+/// served in pages of two, its hub delivering to loopback callbacks.
+fn upstream() -> Standalone {
+    let up = Standalone::start("", &["up"], "[hub]\nallow_private_callbacks = true\n[limits]\ndefault_page = 2\n");
+    let base = up.base.clone();
+    // The fixture starts outside any test's runtime: a runtime of its own for the writes.
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        rt.block_on(async {
+            for n in 1..=5 {
+                put_upstream(&base, &format!("old{n}")).await;
+            }
+        })
+    })
+    .join()
+    .expect("the upstream entries written");
+    up
+}
+
+/// Publishes the entry `id` (titled `id`) to the upstream feed `up`.
+async fn put_upstream(base: &str, id: &str) {
+    let e = entry(&format!("urn:up:{id}"), id, Some("Upstream"), &[]);
+    let res = put_entry(&http(), base, "up", id, BOT, &e).await.unwrap();
+    assert_eq!(res.status(), 200, "upstream publish of {id}");
 }
 
 fn url(path: &str) -> String {
@@ -620,4 +656,36 @@ async fn a_loopback_source_is_refused_without_allow_private() {
     admin.close().await;
     assert!(!dns.answered("private.example").is_empty(), "the name was resolved");
     assert!(web.hits("/private.xml").is_empty(), "the loopback server was reached");
+}
+
+/// Another smartfeeds' feed named by its feed URL (newest first, pages of two): the first
+/// fetch imports the whole history through the pages' `next` links, oldest first; later
+/// entries arrive through the hub the feed advertises, without polling, and the follower's
+/// XMPP subscribers get each in a push whose `PreviousCursor` is the `LastCursor` before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_smartfeeds_feed_followed_by_its_feed_url_gives_its_history_then_pushes_with_an_unbroken_chain() {
+    let sh = sources();
+    let doc = until_items("/feeds/followed/?order=created", 5).await;
+    assert_eq!(field(&doc, "title"), ["old1", "old2", "old3", "old4", "old5"], "the whole history, in order");
+    let mut previous = doc["last_cursor"].as_str().expect("a last cursor").to_string();
+    until("the follower subscribed to the upstream hub", || {
+        log().lines().any(|l| l.contains("subscribed to the source's hub") && l.contains("followed"))
+    })
+    .await;
+    let mut alice: Client = sh.fx.fx.server.login("alice").await;
+    let me = alice.bare_jid().to_string();
+    xmpp_subscribe(&mut alice, "followed?order=created", &me).await;
+    for n in 1..=3 {
+        let id = format!("new{n}");
+        put_upstream(&sh.up.base, &id).await;
+        let push = next_push(&mut alice, Duration::from_secs(5)).await;
+        assert_eq!(push.title().as_deref(), Some(id.as_str()), "{}", push.raw);
+        assert_eq!(push.previous.as_deref(), Some(previous.as_str()), "the chain holds: {}", push.raw);
+        assert_eq!(push.total, Some(5 + n), "{}", push.raw);
+        previous = push.last.clone().expect("a LastCursor");
+    }
+    let doc = get_json("/feeds/followed/?order=created").await;
+    let titles = field(&doc, "title");
+    assert_eq!(titles, ["old1", "old2", "old3", "old4", "old5", "new1", "new2", "new3"], "each once, in order");
+    alice.close().await;
 }

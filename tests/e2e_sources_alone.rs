@@ -427,3 +427,34 @@ async fn a_source_named_by_its_archive_gives_the_whole_history_and_then_pushes()
     let titles: Vec<&str> = doc["items"].as_array().unwrap().iter().map(|i| i["title"].as_str().unwrap()).collect();
     assert_eq!(titles, ["old1", "old2", "old3", "old4", "old5", "old6", "old7", "new"], "each once, in order");
 }
+
+/// Another smartfeeds' view in ascending order (`?order=created`, pages of two) as the
+/// source: its pages go forward in time and the last one is followed by none (a page past
+/// the end would be a long-poll): the follower still gets the whole history at once, oldest
+/// first, and the next entry through the hub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_named_by_an_oldest_first_view_gives_the_whole_history_in_order() {
+    let up = Standalone::start("", &["up"], "[hub]\nallow_private_callbacks = true\n[limits]\ndefault_page = 2\n");
+    let client = reqwest::Client::new();
+    let put = |id: String| {
+        let (client, base) = (client.clone(), up.base.clone());
+        async move {
+            let entry = testkit::pubsub::entry(&format!("urn:up:{id}"), &id, Some("Upstream"), &[]);
+            let res = testkit::http::put_entry(&client, &base, "up", &id, testkit::http::BOT, &entry).await.unwrap();
+            assert_eq!(res.status(), 200);
+        }
+    };
+    for n in 1..=5 {
+        put(format!("old{n}")).await;
+    }
+    let t = Instant::now();
+    let down = follower(&up, "feeds/up/?order=created").await;
+    until_total(&down, "down", 5).await;
+    assert!(t.elapsed() < Duration::from_secs(10), "the history walk waited on a long-poll: {:?}", t.elapsed());
+    put("new".into()).await;
+    until_total(&down, "down", 6).await;
+    let doc: Value =
+        reqwest::get(format!("{}/feeds/down/?order=created", down.base)).await.unwrap().json().await.unwrap();
+    let titles: Vec<&str> = doc["items"].as_array().unwrap().iter().map(|i| i["title"].as_str().unwrap()).collect();
+    assert_eq!(titles, ["old1", "old2", "old3", "old4", "old5", "new"], "each once, in order");
+}

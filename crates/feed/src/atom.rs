@@ -19,6 +19,9 @@ pub const ATOM: &str = "http://www.w3.org/2005/Atom";
 
 /// RFC 6721 Atom tombstones (`<deleted-entry/>`).
 pub const TOMBSTONES: &str = "http://purl.org/atompub/tombstones/1.0";
+/// smartfeeds' own elements in Atom documents (`fo:total`, `fo:cursor`, …), in the
+/// namespace of the Fanout protocol they follow.
+pub const FO: &str = "http://fanout.org/protocol/atom";
 
 /// Why an item's payload is not exactly one Atom entry. The `Display` text is meant for the
 /// `<text/>` of the `bad-request` + `invalid-payload` error.

@@ -12,9 +12,7 @@ use minidom::Element;
 use serde_json::Value;
 use std::sync::Arc;
 
-pub const ATOM: &str = "http://www.w3.org/2005/Atom";
-pub const FO: &str = "http://fanout.org/protocol/atom";
-pub const TOMBSTONES: &str = "http://purl.org/atompub/tombstones/1.0";
+pub use feed::atom::{ATOM, FO, TOMBSTONES};
 pub const HISTORY: &str = "http://purl.org/syndication/history/1.0";
 
 /// The answer formats.

@@ -6,6 +6,10 @@
 //!   imports the whole history, oldest document first.
 //! - Afterwards, when none of the fetched document's entries is held yet (a burst pushed
 //!   every imported entry out of it), the fetch walks back until a document holds one.
+//! - A paged feed (a smartfeeds view named by its feed URL: `next` pages and `fo:total`)
+//!   is walked the same way through its `next` pages, until `fo:total` entries are
+//!   gathered (a page past the end of an ascending view would be a long-poll). Its pages
+//!   are put newest first by their entries' times, whichever way the view pages.
 //!
 //! The rule needs no memory of earlier fetches: "holds an entry already imported" is asked
 //! of the store, so it survives restarts and holds on whichever instance fetches.
@@ -40,7 +44,8 @@ pub async fn parse_off_thread(body: Vec<u8>) -> Result<Document, crate::document
 }
 
 /// The entries to import for `first`, fetched from `url`, into `feed`: `first`'s own, or
-/// with those of the archives before it when the rules above say so, oldest first.
+/// with those of the archives (or pages) before it when the rules above say so, oldest
+/// first.
 pub async fn complete<S: Store>(
     svc: &Service<S>,
     feed: &str,
@@ -49,24 +54,23 @@ pub async fn complete<S: Store>(
     url: &Url,
     max_history: usize,
 ) -> Result<Vec<Incoming>, HistoryError> {
-    if first.prev_archive.is_none() {
-        return Ok(first.entries);
-    }
+    let paged = first.prev_archive.is_none();
+    let Some(mut back) = before(&first) else { return Ok(first.entries) };
     let (items, held) = svc.source_holds(feed, first.ids()).await?;
     let empty = items == 0;
     if !empty && (first.entries.is_empty() || held.contains(&true)) {
         return Ok(first.entries);
     }
+    let total = first.total.and_then(|t| usize::try_from(t).ok()).filter(|_| paged);
     let mut gathered = first.entries.len();
-    let mut prev = first.prev_archive.clone();
     let mut docs = vec![first];
     let mut base = url.clone();
     let mut seen = HashSet::from([url.to_string()]);
-    while let Some(link) = prev.take() {
-        if empty && gathered >= max_history {
+    loop {
+        if (empty && gathered >= max_history) || total.is_some_and(|t| gathered >= t) {
             break;
         }
-        let Ok(next) = base.join(&link) else { break };
+        let Ok(next) = base.join(&back) else { break };
         if !seen.insert(next.to_string()) {
             break;
         }
@@ -83,18 +87,37 @@ pub async fn complete<S: Store>(
         let doc = parse_off_thread(body).await.map_err(|err| HistoryError::Parse { url: next.to_string(), err })?;
         let found = if empty { false } else { svc.source_holds(feed, doc.ids()).await?.1.contains(&true) };
         gathered += doc.entries.len();
-        prev = doc.prev_archive.clone();
+        let then = if paged && doc.entries.is_empty() { None } else { before(&doc) };
         docs.push(doc);
         base = url;
-        if found || (!empty && gathered >= max_history) {
-            break;
+        match then {
+            Some(link) if !found && (empty || gathered < max_history) => back = link,
+            _ => break,
         }
+    }
+    if paged {
+        newest_first(&mut docs);
     }
     let mut entries = merge(docs);
     if empty && entries.len() > max_history {
         entries.drain(..entries.len() - max_history);
     }
     Ok(entries)
+}
+
+/// The link to the document that comes before `doc` in the source's history: its
+/// `prev-archive`, else, in a paged feed, its `next` page.
+fn before(doc: &Document) -> Option<String> {
+    doc.prev_archive.clone().or_else(|| doc.total.and(doc.next.clone()))
+}
+
+/// A paged feed's pages, as walked, put newest first by their newest entries (a view in
+/// ascending order pages forward in time): unchanged when a page has an entry without a
+/// time.
+fn newest_first(pages: &mut [Document]) {
+    if pages.iter().all(|p| p.newest.is_some() || p.entries.is_empty()) {
+        pages.sort_by_key(|p| std::cmp::Reverse(p.newest));
+    }
 }
 
 /// The entries of documents given newest first, as one list oldest first: documents from
@@ -146,5 +169,27 @@ mod tests {
         assert_eq!(ids, ["a", "b", "c", "d", "e", "f"]);
         assert!(matches!(&merged[4].change, IncomingChange::Entry(e) if e.xml == "new"));
         assert!(matches!(&merged[2].change, IncomingChange::Entry(e) if e.xml == "mid"));
+    }
+
+    #[test]
+    fn pages_walked_forward_in_time_are_merged_oldest_first() {
+        let page = |ids: &[&str], newest: i64| Document { newest: Some((newest, 0)), ..doc(ids, "v") };
+        let mut pages = vec![page(&["a", "b"], 2), page(&["c", "d"], 4), page(&["e"], 5)];
+        newest_first(&mut pages);
+        let ids: Vec<String> = merge(pages).into_iter().map(|e| e.id).collect();
+        assert_eq!(ids, ["a", "b", "c", "d", "e"]);
+        let mut untimed = vec![doc(&["c", "d"], "v"), doc(&["a", "b"], "v")];
+        newest_first(&mut untimed);
+        assert_eq!(merge(untimed).into_iter().map(|e| e.id).collect::<Vec<_>>(), ["a", "b", "c", "d"]);
+    }
+
+    #[test]
+    fn a_paged_feed_goes_back_through_next_an_archived_one_through_prev_archive() {
+        let paged = Document { next: Some("?since=x".into()), total: Some(9), ..doc(&["a"], "v") };
+        assert_eq!(before(&paged).as_deref(), Some("?since=x"));
+        let unpaged = Document { next: Some("?page=2".into()), ..doc(&["a"], "v") };
+        assert_eq!(before(&unpaged), None, "a next page without fo:total is not walked");
+        let archived = Document { prev_archive: Some("archive/3".into()), ..paged };
+        assert_eq!(before(&archived).as_deref(), Some("archive/3"));
     }
 }

@@ -9,8 +9,8 @@
 //! what carries no content (comments, instructions, the declarations, blanks around the
 //! root) and writes CDATA sections as the escaped text they mean ([`restricted`]).
 
-use super::{Document, Parsed, complete::complete, content_key, finish};
-use feed::atom::{ATOM, TOMBSTONES, entry_fields};
+use super::{Document, Parsed, When, complete::complete, content_key, finish, newest};
+use feed::atom::{ATOM, FO, TOMBSTONES, entry_fields};
 use feed::service::IncomingChange;
 use minidom::Element;
 
@@ -30,6 +30,11 @@ pub fn parse(bytes: &[u8], now: chrono::DateTime<chrono::Utc>) -> Option<Documen
         if child.is("entry", ATOM) {
             let key = key(child).unwrap_or_else(|| content_key(child));
             let mut entry = child.clone();
+            // A smartfeeds source's `fo:id` and `fo:cursor` place the entry in its views,
+            // not ours: the entry is kept without them (and ours are added as it is served).
+            for name in ["id", "cursor"] {
+                while entry.remove_child(name, FO).is_some() {}
+            }
             complete(&mut entry, &key, now);
             match entry_fields(&entry) {
                 Ok(entry) => parsed.push(Parsed { key, when: when(child), change: IncomingChange::Entry(entry) }),
@@ -42,9 +47,12 @@ pub fn parse(bytes: &[u8], now: chrono::DateTime<chrono::Utc>) -> Option<Documen
         }
     }
     Some(Document {
+        newest: newest(&parsed),
         entries: finish(parsed, deleted),
         skipped,
         prev_archive: link(&root, "prev-archive"),
+        next: link(&root, "next"),
+        total: root.get_child("total", FO).and_then(|t| t.text().trim().parse().ok()),
         hub: link(&root, "hub"),
         self_link: link(&root, "self"),
     })
@@ -99,11 +107,18 @@ fn key(entry: &Element) -> Option<String> {
     })
 }
 
-/// The entry's `published`, else `updated`, time.
-fn when(entry: &Element) -> Option<i64> {
-    ["published", "updated"].iter().find_map(|name| {
-        let text = entry.get_child(name, ATOM).and_then(text_of)?;
-        chrono::DateTime::parse_from_rfc3339(&text).ok().map(|t| t.timestamp_millis())
+/// The entry's place in time: its smartfeeds `fo:cursor` (`T_O_C`: time, tie order), else
+/// its `published`, else `updated`, time.
+fn when(entry: &Element) -> Option<When> {
+    let cursor = entry.get_child("cursor", FO).map(Element::text).and_then(|c| {
+        let mut parts = c.trim().split('_');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    });
+    cursor.or_else(|| {
+        ["published", "updated"].iter().find_map(|name| {
+            let text = entry.get_child(name, ATOM).and_then(text_of)?;
+            chrono::DateTime::parse_from_rfc3339(&text).ok().map(|t| (t.timestamp_millis(), 0))
+        })
     })
 }
 
@@ -185,6 +200,32 @@ mod tests {
         let back: Element = e.xml.parse().unwrap();
         assert_eq!(back.get_child("title", ATOM).unwrap().text(), "a & b");
         assert_eq!(back.get_child("content", ATOM).unwrap().text(), "<p>x & y</p>");
+    }
+
+    #[test]
+    fn a_smartfeeds_page_is_in_its_cursors_order_and_its_entries_are_kept_without_them() {
+        // An oldest-first view, every entry of the same date: the cursors say the order.
+        let entry = |n: u32, t: i64| {
+            format!(
+                "<entry><id>urn:{n}</id><title>{n}</title><updated>2024-01-01T00:00:00Z</updated>\
+                 <fo:id>{n}</fo:id><fo:cursor>{t}_0_1</fo:cursor></entry>"
+            )
+        };
+        let doc = format!(
+            "<feed xmlns='http://www.w3.org/2005/Atom' xmlns:fo='{FO}'><fo:total>9</fo:total>\
+             <link rel='next' href='?since=cursor%3A3_0_1'/>{}{}</feed>",
+            entry(1, 2),
+            entry(2, 3)
+        );
+        let doc = parse(doc.as_bytes(), chrono::Utc::now()).expect("an Atom feed");
+        assert_eq!(
+            (doc.total, doc.next.as_deref(), doc.newest),
+            (Some(9), Some("?since=cursor%3A3_0_1"), Some((3, 0)))
+        );
+        let ids: Vec<&str> = doc.entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, [crate::item_id("urn:1"), crate::item_id("urn:2")]);
+        let Incoming { change: IncomingChange::Entry(e), .. } = &doc.entries[0] else { panic!() };
+        assert!(!e.xml.contains(FO), "{}", e.xml);
     }
 
     #[test]

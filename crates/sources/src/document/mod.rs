@@ -1,6 +1,6 @@
 //! A fetched document, read (SPEC §13): its entries as the delta takes them (item id,
 //! Atom payload or deletion) in publishing order, and the links the fetcher follows
-//! (`prev-archive`, `hub`). Pure: bytes in, values out, never a panic on bad input.
+//! (`prev-archive`, a paged feed's `next`, `hub`). Pure: bytes in, values out, never a panic on bad input.
 //!
 //! Atom documents are read with minidom, so each entry is kept as the source wrote it
 //! ([`atom`]); anything else (RSS 0.9x/1.0/2.0, JSON Feed, and an Atom document minidom
@@ -26,6 +26,14 @@ pub struct Document {
     pub skipped: usize,
     /// RFC 5005 `prev-archive`, as written (relative to the document's URL).
     pub prev_archive: Option<String>,
+    /// Its `next` page, as written: with [`total`](Self::total), a paged feed (a smartfeeds
+    /// view) whose pages the history walks like archives.
+    pub next: Option<String>,
+    /// The number of entries of the whole paged feed (`fo:total`), when it says.
+    pub total: Option<u64>,
+    /// The place in time of its newest entry, when every entry has one: how pages walked in
+    /// either direction are put newest first.
+    pub newest: Option<When>,
     /// The WebSub hub it advertises, as written.
     pub hub: Option<String>,
     /// Its `self` link, as written: the topic to subscribe to at its hub.
@@ -48,11 +56,16 @@ pub enum ParseError {
     Malformed(String),
 }
 
+/// An entry's place in the source's time: its published, else updated, time (Unix ms) and
+/// 0; or, in a smartfeeds document, its `fo:cursor`'s time and tie order, which are the
+/// order its entries entered the source's view (entries written in one second, or with the
+/// same date, keep it too).
+pub type When = (i64, u64);
+
 /// One source entry before ordering: its key, its time, what it says.
 struct Parsed {
     key: String,
-    /// Published, else updated, Unix ms.
-    when: Option<i64>,
+    when: Option<When>,
     change: IncomingChange,
 }
 
@@ -96,9 +109,14 @@ fn content_key(entry: &minidom::Element) -> String {
     format!("urn:sha256:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
+/// The newest of the parsed entries' times, when every one has a time.
+fn newest(parsed: &[Parsed]) -> Option<When> {
+    parsed.iter().map(|p| p.when).collect::<Option<Vec<When>>>()?.into_iter().max()
+}
+
 /// Orders parsed entries (see [`order::publishing_order`]) and derives their item ids.
 fn finish(parsed: Vec<Parsed>, deleted: Vec<String>) -> Vec<Incoming> {
-    let when: Vec<Option<i64>> = parsed.iter().map(|p| p.when).collect();
+    let when: Vec<Option<When>> = parsed.iter().map(|p| p.when).collect();
     let mut slots: Vec<Option<Parsed>> = parsed.into_iter().map(Some).collect();
     let mut out: Vec<Incoming> = order::publishing_order(&when)
         .into_iter()

@@ -5,11 +5,11 @@
 /// order) in publishing order: by time, oldest first, entries of equal time in reverse
 /// document order (feeds list newest first). When any entry has no time at all, times
 /// cannot order the document, and it is reverse document order throughout.
-pub fn publishing_order(when: &[Option<i64>]) -> Vec<usize> {
+pub fn publishing_order<T: Ord>(when: &[Option<T>]) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..when.len()).rev().collect();
     if when.iter().all(Option::is_some) {
         // A stable sort of the reversed indices keeps reverse document order among equals.
-        idx.sort_by_key(|&i| when[i]);
+        idx.sort_by_key(|&i| &when[i]);
     }
     idx
 }
@@ -25,7 +25,7 @@ mod tests {
         assert_eq!(publishing_order(&[Some(1), Some(3), Some(2)]), [0, 2, 1]);
         assert_eq!(publishing_order(&[Some(1), Some(1), Some(0)]), [2, 1, 0]);
         assert_eq!(publishing_order(&[Some(1), None, Some(5)]), [2, 1, 0]);
-        assert!(publishing_order(&[]).is_empty());
+        assert!(publishing_order::<i64>(&[]).is_empty());
     }
 
     proptest! {

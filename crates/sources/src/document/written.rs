@@ -7,7 +7,7 @@
 //! it is, is read as feed readers read it ([`person`]): `ann@example.com (Ann Lee)`, `Ann
 //! Lee <ann@example.com>`, `Ann Lee` or `ann@example.com`.
 
-use super::{Document, ParseError, Parsed, complete::complete, content_key, finish};
+use super::{Document, ParseError, Parsed, complete::complete, content_key, finish, newest};
 use feed::atom::{ATOM, entry_fields};
 use feed::service::IncomingChange;
 use feed_rs::model::{self, Text};
@@ -37,7 +37,7 @@ pub fn parse(bytes: &[u8], now: chrono::DateTime<chrono::Utc>) -> Result<Documen
         match entry_fields(&atom) {
             Ok(entry) => parsed.push(Parsed {
                 key,
-                when: e.published.or(e.updated).map(|t| t.timestamp_millis()),
+                when: e.published.or(e.updated).map(|t| (t.timestamp_millis(), 0)),
                 change: IncomingChange::Entry(entry),
             }),
             Err(_) => skipped += 1,
@@ -45,9 +45,12 @@ pub fn parse(bytes: &[u8], now: chrono::DateTime<chrono::Utc>) -> Result<Documen
     }
     let link = |rel: &str| feed.links.iter().find(|l| l.rel.as_deref() == Some(rel)).map(|l| l.href.clone());
     Ok(Document {
+        newest: newest(&parsed),
         entries: finish(parsed, Vec::new()),
         skipped,
         prev_archive: link("prev-archive"),
+        next: link("next"),
+        total: None,
         hub: link("hub"),
         self_link: link("self"),
     })
