@@ -344,6 +344,20 @@ pub enum Access {
     Whitelist,
 }
 
+/// When a subscriber is sent the last published item (XEP-0060 §12.12's values this
+/// service implements).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SendLast {
+    /// Never: the clients that show feeds (Movim, Libervia) read the first page themselves
+    /// right after subscribing, and would show the pushed item twice; a Smart Feeds client
+    /// pulls from its own cursor.
+    #[default]
+    Never,
+    /// Right after the subscription's result, as an ordinary push.
+    OnSub,
+}
+
 /// One `[[feeds]]` entry.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -364,6 +378,9 @@ pub struct FeedConfig {
     /// Pushes carry a `<body>` (the entry's title and link), so chat clients show them.
     #[serde(default)]
     pub push_body: bool,
+    /// Whether a new subscription is pushed the view's last published item at once.
+    #[serde(default)]
+    pub send_last_published_item: SendLast,
     /// For `whitelist` feeds: bare JIDs, or `*@domain` for a whole domain.
     #[serde(default)]
     pub allowed: Vec<String>,
@@ -595,6 +612,7 @@ impl FeedConfig {
             allowed: jids.into_iter().map(|j| canonical_jid(j)).collect(),
             allowed_domains: domains.into_iter().map(|d| canonical_jid(&d[2..])).collect(),
             push_body: self.push_body,
+            last_on_subscribe: self.send_last_published_item == SendLast::OnSub,
         }
     }
 }

@@ -43,10 +43,11 @@ static GATE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 fn fixture() -> std::sync::MutexGuard<'static, Fixture> {
     let fixture = FIXTURE.get_or_start(|| {
-        let plain = bot_feeds(&["news", "subs", "gap", "rs", "bounce", "meta", "burst", "gone"]);
+        let plain = bot_feeds(&["news", "subs", "gap", "rs", "bounce", "meta", "burst", "gone", "quiet"]);
         let closed = closed_feed("closed", &["p2-insider@localhost"]);
         let chat = feeds(&["chat"], &format!("push_body = true\n{BOT_PUBLISHES}"));
-        Mutex::new(Fixture::start(&format!("{PUSH}\n{plain}{closed}{chat}")))
+        let onsub = feeds(&["onsub"], &format!("send_last_published_item = \"on_sub\"\n{BOT_PUBLISHES}"));
+        Mutex::new(Fixture::start(&format!("{PUSH}\n{plain}{closed}{chat}{onsub}")))
     });
     fixture.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -913,4 +914,46 @@ async fn a_feed_with_push_body_pushes_the_title_and_link_as_the_body() {
     assert!(parse_push(&msg).is_retract());
     let msg = jay.next_message(PUSH_WAIT).await.expect("jay's retraction push");
     assert!(parse_push(&msg).is_retract(), "{}", to_xml(&msg));
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. The last published item on subscribe: `send_last_published_item = "on_sub"`.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_new_subscription_gets_the_last_published_item_when_the_feed_says_on_sub_and_its_chain_starts_there() {
+    let _gate = GATE.read().await;
+    let mut bot = bot().await;
+    for id in ["l1", "l2", "l3"] {
+        publish_version(&mut bot, "onsub", id, 1, None, &[]).await;
+    }
+    // An update of the first: the last published item of the modified view.
+    publish_version(&mut bot, "onsub", "l1", 2, None, &[]).await;
+    let mut kim = user("p8-kim").await;
+    let kim_jid = kim.bare_jid().to_string();
+    let mut last = HashMap::new();
+    for (node, title) in [("onsub?order=created", "l3 v1"), ("onsub?order=modified", "l1 v2")] {
+        subscribe(&mut kim, node, &kim_jid).await;
+        let push = next_push(&mut kim, PUSH_WAIT).await;
+        check_envelope(&push, &kim_jid);
+        assert_eq!((push.node.as_str(), push.title().as_deref()), (node, Some(title)), "{}", push.raw);
+        assert_eq!(push.total, Some(3), "{}", push.raw);
+        assert!(push.previous.is_some(), "the cursor before it: {}", push.raw);
+        check_against_pull(&mut kim, &push).await;
+        last.insert(node.to_string(), push.last_cursor().to_string());
+    }
+    // The chain starts there: the next change's PreviousCursor is that push's LastCursor.
+    publish_version(&mut bot, "onsub", "l4", 1, None, &[]).await;
+    for _ in 0..2 {
+        let push = next_push(&mut kim, PUSH_WAIT).await;
+        assert_eq!(push.item_id(), "l4", "{}", push.raw);
+        assert_eq!(push.previous.as_ref(), last.get(&push.node), "the chain holds: {}", push.raw);
+    }
+    // A feed that says nothing (`never`, the default): the result, and no push.
+    publish_version(&mut bot, "quiet", "q1", 1, None, &[]).await;
+    subscribe(&mut kim, "quiet?order=created", &kim_jid).await;
+    assert_no_message(&mut kim, QUIET, "no last item from a feed that does not send it").await;
+    // An empty view: nothing to send.
+    subscribe(&mut kim, "onsub?order=created&author=nobody", &kim_jid).await;
+    assert_no_message(&mut kim, QUIET, "no last item from an empty view").await;
 }

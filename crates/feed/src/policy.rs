@@ -32,6 +32,9 @@ pub struct FeedPolicy {
     pub allowed_domains: HashSet<String>,
     /// Pushes carry a `<body>` with the entry's title and link, for chat clients.
     pub push_body: bool,
+    /// A new subscription gets the view's last published item at once (XEP-0060 §12.12,
+    /// `send_last_published_item = on_sub`).
+    pub last_on_subscribe: bool,
 }
 
 /// Bounds on what one request may ask of the core, and on how fast one sender may ask:

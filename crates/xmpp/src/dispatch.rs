@@ -232,13 +232,19 @@ impl<S: Store> Dispatcher<S> {
             };
             let Some(_permits) = permits else { return };
             let started = std::time::Instant::now();
-            if let Some(Served { kind, reply }) = this.router.handle_iq(iq).await {
+            if let Some(Served { kind, reply, then }) = this.router.handle_iq(iq).await {
                 let outcome = match reply.error() {
                     Some(error) => minidom::Element::from(error.defined_condition.clone()).name().to_string(),
                     None => "ok".to_string(),
                 };
                 this.metrics.request(kind, outcome, started.elapsed());
-                let _ = out.send(reply).await;
+                // On the replies' queue, right behind the reply it follows.
+                if out.send(reply).await.is_ok()
+                    && let Some(push) = then
+                    && out.send(Reply::Push(push)).await.is_ok()
+                {
+                    this.metrics.pushes_sent.inc();
+                }
             }
         });
     }

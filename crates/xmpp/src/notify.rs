@@ -77,6 +77,15 @@ pub struct EncodeError {
     err: std::io::Error,
 }
 
+/// The `<body>` of pushes of `item` in `feed`, a chat client's line (its title and link),
+/// when the feed asks for one (`push_body`): chat clients show a push only with a body.
+pub fn chat_text<S: Store>(svc: &Service<S>, feed: &str, item: &feed::Item) -> Option<String> {
+    match &item.payload {
+        Payload::Entry(xml) if svc.policy().feed(feed).push_body => headline_text(xml),
+        _ => None,
+    }
+}
+
 /// The store's change sink: hands changes that have subscribers to the notifier, never
 /// blocking the writer; drops them when the backlog is full.
 pub fn change_sink(tx: mpsc::Sender<ToPush>, metrics: Arc<Metrics>) -> feed::ports::ChangeSink {
@@ -281,34 +290,18 @@ impl<S: Store> Notifier<S> {
     async fn messages(&self, change: &Change, n: &mut u64) -> anyhow::Result<Vec<Push>> {
         let recipients = self.svc.recipients(change).await?;
         let item = &change.item;
-        // A retraction pushes `<retract id/>`; everything else the entry as stored.
-        let entry = match &item.payload {
-            Payload::Entry(xml) => Some(xml.as_str()),
-            Payload::Tombstone { .. } => None,
-        };
         let from = self.me.to_string();
-        // A chat client shows a push only with a <body>: the feed may ask for one.
-        let text = match entry {
-            Some(xml) if self.svc.policy().feed(&change.feed).push_body => headline_text(xml),
-            _ => None,
-        };
+        let text = chat_text(&self.svc, &change.feed, item);
         let mut out = Vec::with_capacity(recipients.iter().map(|r| r.subscriptions.len()).sum());
         for r in recipients {
-            let headers = Headers::from(SyncHeaders {
-                total_items: r.view.count,
-                previous_cursor: r.view.previous.map(|c| c.to_string()),
-                last_cursor: r.view.last.to_string(),
-            });
+            let headers = Headers::from(SyncHeaders::of(r.view));
             let mut bodies: HashMap<String, Arc<PushBody>> = HashMap::new();
             for sub in r.subscriptions {
                 let body = match bodies.get(&sub.node) {
                     Some(body) => body.clone(),
                     None => {
-                        let mut body = PushBody::new(from.clone(), &sub.node, &item.id, entry, &headers)
+                        let body = PushBody::of(from.clone(), &sub.node, item, &headers, text.as_deref())
                             .map_err(|err| EncodeError { item: item.id.clone(), err })?;
-                        if let Some(text) = &text {
-                            body = body.with_text(text);
-                        }
                         let body = Arc::new(body);
                         bodies.insert(sub.node.clone(), body.clone());
                         body

@@ -4,6 +4,7 @@
 
 use super::errors::{bad_request, policy_violation};
 use super::iq::{Answer, Ctx, Request};
+use super::payloads::Push;
 use super::ready::Ready;
 use super::reply::{ItemsReply, Reply};
 use feed::ports::Store;
@@ -21,10 +22,12 @@ pub struct Router<S: Store> {
     ready: Arc<Ready>,
 }
 
-/// A served request: what kind it was (for metrics) and its reply.
+/// A served request: what kind it was (for metrics), its reply, and a push that follows
+/// the reply (the last published item after a subscription's result).
 pub struct Served {
     pub kind: &'static str,
     pub reply: Reply,
+    pub then: Option<Push>,
 }
 
 impl<S: Store> Router<S> {
@@ -56,12 +59,17 @@ impl<S: Store> Router<S> {
         let ctx = Ctx { svc: &self.svc, ready: &self.ready, me: &self.me, actor: from.to_bare().to_string() };
         let answer = request.apply(&ctx).instrument(span).await;
         let me = self.me.clone();
-        let reply = match answer {
-            Ok(Answer::Payload(payload)) => Reply::Iq(Iq::Result { from: Some(me), to: Some(from), id, payload }),
-            Ok(Answer::Page(body)) => Reply::Items(ItemsReply::new(me, from, id, body)),
-            Err(error) => Reply::Iq(Iq::Error { from: Some(me), to: Some(from), id, error, payload: None }),
+        let (reply, then) = match answer {
+            Ok(Answer::Payload(payload)) => {
+                (Reply::Iq(Iq::Result { from: Some(me), to: Some(from), id, payload }), None)
+            }
+            Ok(Answer::Then(payload, push)) => {
+                (Reply::Iq(Iq::Result { from: Some(me), to: Some(from), id, payload }), Some(push))
+            }
+            Ok(Answer::Page(body)) => (Reply::Items(ItemsReply::new(me, from, id, body)), None),
+            Err(error) => (Reply::Iq(Iq::Error { from: Some(me), to: Some(from), id, error, payload: None }), None),
         };
-        Some(Served { kind, reply })
+        Some(Served { kind, reply, then })
     }
 
     /// An iq that did not parse (say, a get with no child): `bad-request` saying why; one

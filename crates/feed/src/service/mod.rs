@@ -21,6 +21,7 @@ pub use source_status::{SourceBoard, SourceStatus};
 
 pub use publish::Target;
 pub use pull::{FeedSummary, NodeInfo, PullRequest};
+pub use subscriptions::LastPublished;
 pub use websub::{CallbackSubscription, Housekeeping};
 
 use super::admission::{Admission, Limiter};

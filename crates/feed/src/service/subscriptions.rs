@@ -1,12 +1,41 @@
 //! Subscriptions: subscribe, unsubscribe, list one's own.
 
-use super::{Service, no_feed};
+use super::{PullRequest, Service, no_feed};
+use crate::change::ViewChange;
 use crate::error::FeedError;
 use crate::node::NodeName;
 use crate::policy::Action;
 use crate::ports::{Store, Subscription};
+use crate::{Cursor, Item};
+
+/// A view's last published item, as a push of it to a new subscriber carries it.
+pub struct LastPublished {
+    pub feed: String,
+    pub item: Item,
+    /// The view's count and the item's place in it: the push's headers.
+    pub view: ViewChange,
+}
 
 impl<S: Store> Service<S> {
+    /// What a new subscription to `node` starts with when its feed says
+    /// `send_last_published_item = on_sub` (XEP-0060 §12.12): the view's last published
+    /// item (the newest by the view's time) with the headers a push of it carries (the
+    /// view's count, the cursor before it, its own), so the subscriber's chain of cursors
+    /// starts there. `None` when the feed says `never` or the view is empty.
+    pub async fn last_published(&self, actor: &str, node: &str) -> Result<Option<LastPublished>, FeedError> {
+        let view = self.view(actor, node, Action::Read)?;
+        if !self.policy.feed(&view.feed).last_on_subscribe {
+            return Ok(None);
+        }
+        let asked = PullRequest { node: node.to_string(), max_items: Some(2), ..PullRequest::default() };
+        let page = self.pull(actor, asked).await?;
+        Ok(newest_of(page.items, page.cursors).map(|(item, last, previous)| LastPublished {
+            view: ViewChange { view: view.canonical(), count: page.count, previous, last },
+            feed: view.feed,
+            item,
+        }))
+    }
+
     /// Subscribes `jid` (which must be the sender's own, bare or full) to a view.
     pub async fn subscribe(&self, actor: &str, node: &str, jid: &str) -> Result<Subscription, FeedError> {
         let view = self.view(actor, node, Action::Read)?;
@@ -78,4 +107,13 @@ impl<S: Store> Service<S> {
             })
             .await
     }
+}
+
+/// The newest of a view's newest items (given with their cursors, in either order): the
+/// item, its cursor and the cursor of the other item, if any.
+fn newest_of(items: Vec<Item>, cursors: Vec<Cursor>) -> Option<(Item, Cursor, Option<Cursor>)> {
+    let mut both: Vec<(Cursor, Item)> = cursors.into_iter().zip(items).collect();
+    both.sort_by_key(|(c, _)| (c.t, c.o));
+    let (last, item) = both.pop()?;
+    Some((item, last, both.pop().map(|(c, _)| c)))
 }

@@ -41,10 +41,12 @@ pub struct Ctx<'a, S: Store> {
 }
 
 /// What a request answers: a result payload (or none), or the body of a page of items,
-/// ready as bytes.
+/// ready as bytes; or a result followed by a push to the sender (a subscription and the
+/// view's last published item).
 pub enum Answer {
     Payload(Option<Element>),
     Page(Arc<str>),
+    Then(Option<Element>, crate::payloads::Push),
 }
 
 impl From<Option<Element>> for Answer {
@@ -176,7 +178,7 @@ impl Request {
             Request::Subscriptions(r) => r.apply(ctx).await.map(Answer::from),
             Request::Publish(r) => r.apply(ctx).await.map(Answer::from),
             Request::Retract(r) => r.apply(ctx).await.map(Answer::from),
-            Request::Subscribe(r) => r.apply(ctx).await.map(Answer::from),
+            Request::Subscribe(r) => r.apply(ctx).await,
             Request::Unsubscribe(r) => r.apply(ctx).await.map(Answer::from),
             Request::Command(r) => r.apply(ctx).await.map(Answer::from),
             Request::Refused { error, .. } => Err(error),

@@ -99,6 +99,26 @@ impl PushBody {
         Ok(PushBody { from, xml })
     }
 
+    /// The body of pushes of `item` on `node` (a retraction for a tombstone), with
+    /// `headers`, and a `<body>` of `text` when given.
+    pub fn of(
+        from: String,
+        node: &str,
+        item: &feed::Item,
+        headers: &Headers,
+        text: Option<&str>,
+    ) -> Result<PushBody, std::io::Error> {
+        let entry = match &item.payload {
+            feed::Payload::Entry(xml) => Some(xml.as_str()),
+            feed::Payload::Tombstone { .. } => None,
+        };
+        let body = PushBody::new(from, node, &item.id, entry, headers)?;
+        Ok(match text {
+            Some(text) => body.with_text(text),
+            None => body,
+        })
+    }
+
     /// The same with a `<body>` first, `text` escaped: what a chat client shows.
     pub fn with_text(mut self, text: &str) -> PushBody {
         self.xml = format!("<body>{}</body>{}", escape(text), self.xml);

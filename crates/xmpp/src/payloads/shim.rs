@@ -81,6 +81,17 @@ pub struct SyncHeaders {
     pub last_cursor: String,
 }
 
+impl SyncHeaders {
+    /// The headers of a push of a change to `view`.
+    pub fn of(view: &feed::ViewChange) -> SyncHeaders {
+        SyncHeaders {
+            total_items: view.count,
+            previous_cursor: view.previous.map(|c| c.to_string()),
+            last_cursor: view.last.to_string(),
+        }
+    }
+}
+
 impl From<SyncHeaders> for Headers {
     fn from(s: SyncHeaders) -> Headers {
         let mut headers = Headers::new().with(TOTAL_ITEMS, s.total_items.to_string());
