@@ -104,8 +104,24 @@ async fn the_component_is_a_pubsub_service_with_rsm_and_shim() {
     assert!(identities(q).contains(&("pubsub".into(), "service".into())), "{}", to_xml(&reply));
     let got = features(q);
     // Every feature the service implements, and only those.
-    let mut want: BTreeSet<String> =
-        [DISCO_INFO, DISCO_ITEMS, PUBSUB, RSM, SHIM, "urn:xmpp:ping", COMMANDS].into_iter().map(String::from).collect();
+    let mut want: BTreeSet<String> = [
+        DISCO_INFO,
+        DISCO_ITEMS,
+        PUBSUB,
+        RSM,
+        SHIM,
+        "urn:xmpp:ping",
+        COMMANDS,
+        // MAM on every view, ordered by XEP-0413 (both versions; 0.2 says where it applies).
+        "urn:xmpp:mam:2",
+        "urn:xmpp:order-by:0",
+        "urn:xmpp:order-by:1",
+        "urn:xmpp:order-by:1@urn:xmpp:mam:2",
+        "urn:xmpp:order-by:1@http://jabber.org/protocol/pubsub",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
     for f in [
         "retrieve-items",
         "item-ids",

@@ -12,7 +12,9 @@ use std::collections::{HashMap, HashSet};
 
 use testkit::Client;
 use testkit::fixture::{Fixture, Shared};
+use testkit::mam::{MamAnswer, MamQuery, mam, mam_pages};
 use testkit::pubsub::*;
+use testkit::server::COMPONENT_DOMAIN;
 
 const FEED: &str = "pull";
 const TABLES: &str = r#"
@@ -717,4 +719,105 @@ async fn page_sizes_lookups_and_filters() {
     check_page_sizes(&mut alice, s).await;
     check_lookups_and_filters(&mut alice, s).await;
     alice.close().await;
+}
+
+/// MAM on views (XEP-0313 to the service, with a `node`): every view paged to its end
+/// agrees with its RSM pages item for item (ids, payloads, `<first>`/`<last>` as result ids,
+/// `<count>`, `<first index>`), every result comes from the service before the iq result
+/// and echoes the `queryid`; `<fin complete>` only on the last page.
+#[tokio::test]
+async fn mam_pages_every_view_as_its_rsm_pages_do() {
+    let s = seed();
+    let mut carol = login("alice").await;
+    for v in &VIEWS {
+        let mam = mam_pages(&mut carol, COMPONENT_DOMAIN, MamQuery::node(v.node).max(25)).await;
+        let rsm = pages(&mut carol, Pull::node(v.node).max(25)).await;
+        let mam: Vec<&MamAnswer> = mam.iter().filter(|p| !p.results.is_empty()).collect();
+        assert_eq!(mam.len(), rsm.len(), "{}: as many pages", v.node);
+        let ids: Vec<&str> = mam.iter().flat_map(|p| p.ids()).collect();
+        assert_eq!(ids, s.expected(v), "{}: every item once, in the view's order", v.node);
+        for (k, (m, r)) in mam.iter().zip(&rsm).enumerate() {
+            let raw = &m.raw;
+            assert_eq!(m.ids(), r.ids(), "{} page {k}: the same items\n{raw}", v.node);
+            assert_eq!((&m.first, &m.last), (&r.first, &r.last), "{} page {k}: the same cursors\n{raw}", v.node);
+            assert_eq!((m.count, m.first_index), (r.count, r.first_index), "{} page {k}\n{raw}", v.node);
+            assert_eq!(m.results.first().map(|x| &x.id), r.first.as_ref(), "result ids are the cursors\n{raw}");
+            assert_eq!(m.results.last().map(|x| &x.id), r.last.as_ref(), "result ids are the cursors\n{raw}");
+            assert_eq!(m.complete, k + 1 == rsm.len(), "{} page {k}: complete on the last page only\n{raw}", v.node);
+            for (x, item) in m.results.iter().zip(&r.items) {
+                assert_eq!(x.from, COMPONENT_DOMAIN, "{raw}");
+                assert_eq!((x.queryid.as_deref(), x.node.as_str()), (Some("q"), v.node), "{raw}");
+                assert!(x.stamp.as_deref().and_then(parse_rfc3339).is_some(), "a delay stamp: {raw}");
+                assert_eq!(x.item.payload, item.payload, "the same payload\n{raw}");
+            }
+        }
+    }
+    carol.close().await;
+}
+
+/// XEP-0413 picks the time that orders a view (both versions of the namespace, in MAM and
+/// in an items request); `start` and `end` bound a view's time, inclusive, and the count
+/// and indexes are the window's; what cannot be honoured is refused by name, and a node a
+/// pull refuses is refused the same way.
+#[tokio::test]
+async fn mam_orders_by_creation_or_modification_bounds_by_time_and_refuses_by_name() {
+    let s = seed();
+    let mut dave = login("bob").await;
+    let expected = |node: &str| s.expected(s.view(node));
+    // Order-by: the view's direction stays, its time changes.
+    for (node, version, by, like) in [
+        ("pull?order=created", 1, "modification", "pull?order=modified"),
+        ("pull?order=-modified", 0, "creation", "pull?order=-created"),
+        ("pull", 1, "modification", "pull?order=-modified"),
+    ] {
+        let q = MamQuery::node(node).max(200).order(version, by);
+        let first = mam(&mut dave, COMPONENT_DOMAIN, &q).await.unwrap_or_else(|e| panic!("{}", testkit::to_xml(&e)));
+        let rest = mam(&mut dave, COMPONENT_DOMAIN, &q.clone().after(first.last.as_deref().unwrap())).await.unwrap();
+        let ids: Vec<&str> = first.ids().into_iter().chain(rest.ids()).collect();
+        assert_eq!(ids, expected(like), "{node} ordered by {by} (order-by:{version}) is {like}");
+    }
+    let reply = dave
+        .iq(testkit::xml(&format!(
+            r#"<iq type="get" to="{COMPONENT_DOMAIN}"><pubsub xmlns="http://jabber.org/protocol/pubsub"><items node="pull?order=created"/><order xmlns="urn:xmpp:order-by:1" by="modification"/><set xmlns="{RSM}"><max>7</max></set></pubsub></iq>"#
+        )))
+        .await;
+    assert_eq!(parse_page(&reply).ids(), expected("pull?order=modified")[..7], "order-by in an items request");
+
+    // A window of the modified view's time, both ends inclusive.
+    let node = "pull?order=modified";
+    let cursors = item_cursors(&mut dave, node, 320).await;
+    let (lo, hi) = (cursors[57].1.t, cursors[150].1.t);
+    let inside: Vec<String> =
+        cursors.iter().filter(|(_, c)| lo <= c.t && c.t <= hi).map(|(id, _)| id.clone()).collect();
+    let window = |node: &str| MamQuery::node(node).max(10).field("start", &rfc3339(lo)).field("end", &rfc3339(hi));
+    let got = mam_pages(&mut dave, COMPONENT_DOMAIN, window(node)).await;
+    let ids: Vec<&str> = got.iter().flat_map(|p| p.ids()).collect();
+    assert_eq!(ids, inside, "the window's items, in order");
+    assert_eq!(got[0].count, Some(inside.len() as u64), "the count is the window's: {}", got[0].raw);
+    assert_eq!(got[1].first_index, Some(10), "indexes count from the window's start: {}", got[1].raw);
+    let got = mam_pages(&mut dave, COMPONENT_DOMAIN, window("pull?order=-modified")).await;
+    let ids: Vec<&str> = got.iter().flat_map(|p| p.ids()).collect();
+    let newest_first: Vec<&str> = inside.iter().rev().map(String::as_str).collect();
+    assert_eq!(ids, newest_first, "the same window of the newest-first view");
+
+    // Refused by name.
+    for (q, named) in [
+        (MamQuery::node(node).field("with", "ann@localhost"), "'with'"),
+        (MamQuery::node(node).field("start", "yesterday"), "yesterday"),
+        (MamQuery::node(node).order(1, "title"), "'title'"),
+    ] {
+        let e = mam(&mut dave, COMPONENT_DOMAIN, &q).await.expect_err("refused");
+        let raw = testkit::to_xml(&e);
+        assert_eq!(testkit::error_condition(&e).as_deref(), Some("bad-request"), "{raw}");
+        assert!(raw.contains(named), "the error names {named}: {raw}");
+    }
+    // As a pull refuses them: no such feed, no such view parameter.
+    for node in ["nope", "pull?colour=red"] {
+        let e = mam(&mut dave, COMPONENT_DOMAIN, &MamQuery::node(node)).await.expect_err("refused");
+        let pulled = dave.iq(Pull::node(node).iq()).await;
+        let (e, pulled) = (testkit::to_xml(&e), testkit::to_xml(&pulled));
+        let error = |raw: &str| raw[raw.find("<error").expect("an error")..].to_string();
+        assert_eq!(error(&e), error(&pulled), "the pull's error");
+    }
+    dave.close().await;
 }

@@ -33,6 +33,23 @@ pub struct PageRequest {
     pub start: Option<Anchor>,
     /// `Some(None)`: the last page (an empty `<before/>`); `Some(Some(p))`: items before p.
     pub before: Option<Option<Position>>,
+    /// The part of the view the request is about; the count and indexes are the window's.
+    pub window: Window,
+}
+
+/// A span of a view's time, both ends inclusive (MAM's `start` and `end`), Unix ms: the
+/// view as far as a request is concerned, its count and indexes included.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    pub from: Option<i64>,
+    pub to: Option<i64>,
+}
+
+impl Window {
+    /// The window's exclusive key bounds (below its first key, above its last), ascending.
+    fn keys(self) -> (Option<Key>, Option<Key>) {
+        (self.from.map(Key::start_of), self.to.map(Key::end_of))
+    }
 }
 
 /// A page of a view, in view order.
@@ -111,7 +128,16 @@ fn bound(tx: &dyn ReadTx, feed: &FeedRow, view: &View, pos: &Position, side: Sid
 pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> Result<Page, FeedError> {
     let scope = scope(feed, view);
     let desc = view.order.descending;
-    let count = tx.count(scope)?;
+    // The window's first item's ascending rank (`base`), and the count within it.
+    let (w_lo, w_hi) = req.window.keys();
+    let base = match w_lo {
+        Some(k) => tx.rank(scope, k)?,
+        None => 0,
+    };
+    let count = match w_hi {
+        Some(k) => tx.rank(scope, k)?.saturating_sub(base),
+        None => tx.count(scope)?.saturating_sub(base),
+    };
     let mut out = Page { count, ..Page::default() };
     // Bounds in view order, then mapped onto ascending keys.
     let mut after: Option<Bound> = None;
@@ -121,7 +147,7 @@ pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> 
             if *i >= count {
                 return Ok(out);
             }
-            let asc_index = if desc { count - 1 - i } else { *i };
+            let asc_index = base + if desc { count - 1 - i } else { *i };
             let Some(k) = tx.nth(scope, asc_index)? else { return Ok(out) };
             // Just outside the item, on the side the page starts from.
             let key = if desc {
@@ -142,7 +168,18 @@ pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> 
     if req.max == 0 {
         return Ok(out);
     }
-    let (lo, hi) = if desc { (before, after) } else { (after, before) };
+    let (mut lo, mut hi) = if desc { (before, after) } else { (after, before) };
+    // The window narrows the bounds where it is tighter.
+    if let Some(k) = w_lo
+        && lo.as_ref().is_none_or(|b| b.key < k)
+    {
+        lo = Some(Bound { key: k, ties: None });
+    }
+    if let Some(k) = w_hi
+        && hi.as_ref().is_none_or(|b| b.key > k)
+    {
+        hi = Some(Bound { key: k, ties: None });
+    }
     // Walking forward in a descending view is walking down the keys, and so on.
     let scan_descending = desc != backwards;
     let (lo_key, hi_key) = (lo.as_ref().map(|b| b.key), hi.as_ref().map(|b| b.key));
@@ -159,7 +196,7 @@ pub fn page(tx: &dyn ReadTx, feed: &FeedRow, view: &View, req: &PageRequest) -> 
     // The scan went from this bound, so its item is the page's neighbour in the scope.
     let from = if scan_descending { hi } else { lo };
     let neighbour = from.and_then(|b| Some((b.key, b.ties?)));
-    finish(tx, scope, view, items, neighbour, &mut out)?;
+    finish(tx, scope, view, items, neighbour, base, &mut out)?;
     Ok(out)
 }
 
@@ -180,12 +217,13 @@ pub fn by_ids(tx: &dyn ReadTx, feed: &FeedRow, view: &View, ids: &[String]) -> R
         items.reverse();
     }
     let mut out = Page { count: tx.count(scope)?, ..Page::default() };
-    finish(tx, scope, view, items, None, &mut out)?;
+    finish(tx, scope, view, items, None, 0, &mut out)?;
     Ok(out)
 }
 
 /// Fills in the first index and the first and last cursors of a page.
 ///
+/// `base` is the ascending rank of the page's window's first item (0 for the whole view).
 /// `neighbour` is the key and tie ids of the scope's item right next to the page (below its
 /// lowest key or above its highest), when the page was read from a cursor: with it, the
 /// cursors of the page cost no read at all. Without it, one read of tie ids at most.
@@ -195,11 +233,12 @@ fn finish(
     view: &View,
     items: Vec<Item>,
     neighbour: Option<(Key, Vec<String>)>,
+    base: u64,
     out: &mut Page,
 ) -> Result<(), FeedError> {
     if let Some(first) = items.first() {
         let fk = first.key(view.order.by);
-        let rank = tx.rank(scope, fk)?;
+        let rank = tx.rank(scope, fk)?.saturating_sub(base);
         out.first_index = Some(if view.order.descending { out.count.saturating_sub(rank + 1) } else { rank });
         let mut asc: Vec<(Key, &str)> = items.iter().map(|i| (i.key(view.order.by), i.id.as_str())).collect();
         if view.order.descending {

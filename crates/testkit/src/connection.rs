@@ -246,6 +246,14 @@ impl Connection {
         None
     }
 
+    /// The stanzas already queued (received before whatever was last taken) for which
+    /// `pred` holds, taken out in arrival order; nothing is waited for or read.
+    pub fn take_queued(&mut self, pred: impl Fn(&Element) -> bool) -> Vec<Element> {
+        let (taken, kept) = self.pending.drain(..).partition(|el| pred(el));
+        self.pending = kept;
+        taken.into()
+    }
+
     /// Everything received and not yet taken, without waiting.
     pub fn drain(&mut self) -> Vec<Element> {
         while let Ok(event) = self.events.try_recv() {

@@ -32,6 +32,7 @@ pub mod fixture;
 pub mod http;
 pub mod instances;
 pub mod logs;
+pub mod mam;
 pub mod memory_store;
 pub mod postgres_server;
 pub mod process;

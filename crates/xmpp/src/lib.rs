@@ -22,6 +22,7 @@ pub mod dispatch;
 pub mod domain_slots;
 pub mod errors;
 pub mod iq;
+pub mod mam_page;
 pub mod multicast;
 pub mod notify;
 pub mod payloads;

@@ -16,12 +16,14 @@
 //! - [`pubsub_errors`]: the `http://jabber.org/protocol/pubsub#errors` conditions carried in
 //!   `StanzaError::other`;
 //! - [`atom`]: the Atom entry inspector and RFC 6721 tombstones;
-//! - [`addresses`]: XEP-0033 `<addresses/>`, for pushes through a multicast service.
+//! - [`addresses`]: XEP-0033 `<addresses/>`, for pushes through a multicast service;
+//! - [`order_by`]: XEP-0413 `<order/>`, in items requests and MAM queries.
 
 pub mod addresses;
 pub mod commands;
 pub mod event;
 pub mod items;
+pub mod order_by;
 pub mod publish_item;
 pub mod pubsub_errors;
 pub mod shim;

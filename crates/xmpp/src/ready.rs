@@ -19,6 +19,7 @@
 //! The reply is then the iq's start tag, the body and `</iq>` ([`crate::reply::ItemsReply`]):
 //! byte for byte what the encoder wrote before.
 
+use crate::mam_page::MamPage;
 use crate::stanza_parts::{Part, Parts, ToParts, XmlBuf, attr, end, head_end, items, start};
 use feed::atom::DeletedEntry;
 use feed::generations::Generations;
@@ -58,6 +59,11 @@ const LARGEST_KEPT: u32 = 4 << 20;
 pub struct ItemXml(Result<String, String>);
 
 impl ItemXml {
+    /// The `<item/>` as written, or why it could not be.
+    pub fn xml(&self) -> Result<&str, &str> {
+        self.0.as_deref().map_err(String::as_str)
+    }
+
     /// Writes `item`.
     pub fn of(item: &Item) -> ItemXml {
         let mut buf = XmlBuf::within(&in_items(), 256 + item_len(item));
@@ -165,6 +171,8 @@ pub fn page_body(node: &str, items: &[Arc<ItemXml>], set: Option<&SetResult>) ->
 pub struct Ready {
     items: ByVersion<ItemXml>,
     pages: ByGeneration<PullRequest, str>,
+    /// MAM pages, kept the same way ([`crate::mam_page`]).
+    mam: ByGeneration<PullRequest, MamPage>,
     generations: Arc<Generations>,
 }
 
@@ -174,7 +182,10 @@ impl Ready {
         let pages = ByGeneration::new(PAGE_BYTES, LARGEST_KEPT, |k: &PullRequest| {
             u32::try_from(k.node.len()).unwrap_or(u32::MAX)
         });
-        Ready { items: ByVersion::new(ITEM_BYTES), pages, generations }
+        let mam = ByGeneration::new(PAGE_BYTES, LARGEST_KEPT, |k: &PullRequest| {
+            u32::try_from(k.node.len()).unwrap_or(u32::MAX)
+        });
+        Ready { items: ByVersion::new(ITEM_BYTES), pages, mam, generations }
     }
 
     /// The generation of `feed`, the feed of `node`, refused as a pull of `node` by `actor`
@@ -202,8 +213,22 @@ impl Ready {
 
     /// The body of a page of `node` (of `feed`) holding `items`, with `set`.
     pub fn body(&self, feed: &str, node: &str, items: &[Item], set: Option<&SetResult>) -> io::Result<Arc<str>> {
-        let forms: Vec<Arc<ItemXml>> = items.iter().map(|i| self.items.of(feed, i, ItemXml::of)).collect();
-        page_body(node, &forms, set).map(Arc::from)
+        page_body(node, &self.forms(feed, items), set).map(Arc::from)
+    }
+
+    /// The `<item/>` of each of `items` (of `feed`), as pages write them.
+    pub fn forms(&self, feed: &str, items: &[Item]) -> Vec<Arc<ItemXml>> {
+        items.iter().map(|i| self.items.of(feed, i, ItemXml::of)).collect()
+    }
+
+    /// The MAM page kept for `req` at `generation`, if any.
+    pub fn kept_mam(&self, req: &PullRequest, generation: i64) -> Option<Arc<MamPage>> {
+        self.mam.get(req, generation)
+    }
+
+    /// Keeps `page`, made for `req` at `generation`.
+    pub fn keep_mam(&self, req: PullRequest, generation: i64, page: Arc<MamPage>) {
+        self.mam.keep(req, generation, page);
     }
 }
 

@@ -7,6 +7,7 @@ use xmpp_parsers::stanza_error::StanzaError;
 use xso::error::Error;
 use xso::exports::rxml::xml_ncname;
 
+use super::mam_page::MamReply;
 use super::payloads::Push;
 use super::stanza_parts::{Part, Parts, ToParts, attr, end, head_end, items, start};
 use std::sync::Arc;
@@ -21,6 +22,8 @@ pub enum Reply {
     Iq(Iq),
     /// A page of items, its body ready as bytes (each stored entry in it as it is stored).
     Items(ItemsReply),
+    /// A MAM page: its result messages, then the iq result.
+    Mam(MamReply),
     /// A push that must follow the reply before it on the wire: the last published item
     /// after a subscription's result.
     Push(Push),
@@ -52,6 +55,7 @@ impl ToParts for Reply {
         match self {
             Reply::Iq(iq) => items(iq),
             Reply::Items(page) => page.parts(),
+            Reply::Mam(mam) => mam.parts(),
             Reply::Push(push) => push.parts(),
         }
     }

@@ -4,6 +4,7 @@
 
 use super::errors::{bad_request, policy_violation};
 use super::iq::{Answer, Ctx, Request};
+use super::mam_page::MamReply;
 use super::payloads::Push;
 use super::ready::Ready;
 use super::reply::{ItemsReply, Reply};
@@ -67,6 +68,7 @@ impl<S: Store> Router<S> {
                 (Reply::Iq(Iq::Result { from: Some(me), to: Some(from), id, payload }), Some(push))
             }
             Ok(Answer::Page(body)) => (Reply::Items(ItemsReply::new(me, from, id, body)), None),
+            Ok(Answer::Mam { queryid, page }) => (Reply::Mam(MamReply { from: me, to: from, id, queryid, page }), None),
             Err(error) => (Reply::Iq(Iq::Error { from: Some(me), to: Some(from), id, error, payload: None }), None),
         };
         Some(Served { kind, reply, then })

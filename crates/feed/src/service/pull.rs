@@ -4,7 +4,7 @@
 use super::{Service, no_feed};
 use crate::error::FeedError;
 use crate::node::{Filter, Order, OrderBy, View};
-use crate::paging::{self, Anchor, Page, PageRequest, scope};
+use crate::paging::{self, Anchor, Page, PageRequest, Window, scope};
 use crate::policy::{Access, Action};
 use crate::ports::Store;
 use crate::ports::{Range, Scope};
@@ -26,6 +26,13 @@ pub struct PullRequest {
     pub max_items: Option<u64>,
     /// `<item id/>` children.
     pub ids: Vec<String>,
+    /// XEP-0413 order-by: the time that orders the view instead of the node's own (its
+    /// direction stays the node's).
+    pub order_by: Option<OrderBy>,
+    /// Only items at or after this time of the view's ordering, Unix ms (MAM `start`).
+    pub from: Option<i64>,
+    /// Only items at or before this time (MAM `end`).
+    pub to: Option<i64>,
 }
 
 /// A node's meta-data for disco#info.
@@ -73,7 +80,7 @@ fn newest_first(req: PageRequest) -> Result<PageRequest, FeedError> {
         }
         (Some(Anchor::After(p)), None) => (None, Some(Some(p))),
         (start @ (Some(Anchor::Index(_)) | None), None) => {
-            return Ok(PageRequest { max: req.max, start, before: None });
+            return Ok(PageRequest { max: req.max, start, before: None, window: req.window });
         }
         // `<before/>` empty: the oldest page, the last of the newest-first view.
         (None, Some(None)) => (None, Some(None)),
@@ -82,13 +89,16 @@ fn newest_first(req: PageRequest) -> Result<PageRequest, FeedError> {
             return Err(FeedError::BadRequest("index cannot be combined with before".into()));
         }
     };
-    Ok(PageRequest { max: req.max, start: after, before })
+    Ok(PageRequest { max: req.max, start: after, before, window: req.window })
 }
 
 impl<S: Store> Service<S> {
     /// Serves a pull: the page, the items named by id, or the most recent items.
     pub async fn pull(&self, actor: &str, req: PullRequest) -> Result<Page, FeedError> {
-        let view = self.view(actor, &req.node, Action::Read)?;
+        let mut view = self.view(actor, &req.node, Action::Read)?;
+        if let Some(by) = req.order_by {
+            view.order.by = by;
+        }
         let want = self.want(req)?;
         self.store
             .read(move |tx| {
@@ -139,13 +149,19 @@ impl<S: Store> Service<S> {
             (None, Some(p)) => Some(Anchor::After(p)),
             (None, None) => None,
         };
+        if let (Some(from), Some(to)) = (req.from, req.to)
+            && from > to
+        {
+            return Err(FeedError::BadRequest("the start is after the end".into()));
+        }
+        let window = Window { from: req.from, to: req.to };
         match req.max_items {
             // RSM's `<max>` when both are given, as the page size of any other request.
             Some(n) => {
                 let max = req.max.unwrap_or(n).min(n).min(limits.max_page) as usize;
-                Ok(Want::NewestFirst(newest_first(PageRequest { max, start, before })?))
+                Ok(Want::NewestFirst(newest_first(PageRequest { max, start, before, window })?))
             }
-            None => Ok(Want::Page(PageRequest { max: self.page_size(req.max) as usize, start, before })),
+            None => Ok(Want::Page(PageRequest { max: self.page_size(req.max) as usize, start, before, window })),
         }
     }
 
@@ -213,7 +229,7 @@ mod tests {
     }
 
     fn req(start: Option<Anchor>, before: Option<Option<Position>>) -> PageRequest {
-        PageRequest { max: 10, start, before }
+        PageRequest { max: 10, start, before, window: Window::default() }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use super::{Ctx, fail};
 use crate::payloads::commands::COMMANDS;
+use crate::payloads::order_by::{ORDER_BY, ORDER_BY_0};
 use crate::payloads::{SHIM, shim::HEADER_FEATURES};
 use feed::policy::Access;
 use feed::ports::Store;
@@ -32,6 +33,16 @@ const PUBSUB_FEATURES: &[&str] = &[
     // The two access models a feed's `access` names (§4.5).
     "access-open",
     "access-whitelist",
+];
+
+/// The features beside XEP-0060's: MAM on every view (XEP-0313 with a `node`), without
+/// `#extended`; XEP-0413 order-by in both its versions, and (0.2) where it applies.
+const ARCHIVE_FEATURES: &[&str] = &[
+    ns::MAM,
+    ORDER_BY,
+    ORDER_BY_0,
+    "urn:xmpp:order-by:1@urn:xmpp:mam:2",
+    "urn:xmpp:order-by:1@http://jabber.org/protocol/pubsub",
 ];
 
 /// `pubsub#type` of every node: its items are Atom entries (XEP-0472).
@@ -74,6 +85,7 @@ impl DiscoInfo {
                 for f in PUBSUB_FEATURES.iter() {
                     result.features.insert(format!("{}#{f}", ns::PUBSUB));
                 }
+                result.features.extend(ARCHIVE_FEATURES.iter().map(|f| f.to_string()));
             }
             Some(SHIM) => {
                 result.features.extend(HEADER_FEATURES.iter().map(|f| f.to_string()));
@@ -82,6 +94,8 @@ impl DiscoInfo {
                 let info = ctx.svc.node_info(&ctx.actor, node).await.map_err(fail)?;
                 result.identities.push(Identity::new("pubsub", "leaf", "en", info.title.clone()));
                 result.features.insert(ns::PUBSUB.to_string());
+                // Each view is an archive of its own.
+                result.features.insert(ns::MAM.to_string());
                 let meta = format!("{}#meta-data", ns::PUBSUB);
                 let mut fields = vec![
                     Field::text_single("pubsub#title", &info.title),

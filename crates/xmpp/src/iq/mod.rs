@@ -9,6 +9,7 @@
 mod command;
 mod disco_info;
 mod disco_items;
+mod mam;
 mod publish;
 mod pull;
 mod retract;
@@ -47,6 +48,11 @@ pub enum Answer {
     Payload(Option<Element>),
     Page(Arc<str>),
     Then(Option<Element>, crate::payloads::Push),
+    /// A MAM page: its results and `<fin/>`, for the query `queryid`.
+    Mam {
+        queryid: Option<String>,
+        page: Arc<crate::mam_page::MamPage>,
+    },
 }
 
 impl From<Option<Element>> for Answer {
@@ -67,6 +73,7 @@ pub enum Request {
     Subscribe(subscribe::Subscribe),
     Unsubscribe(subscribe::Unsubscribe),
     Command(command::Run),
+    Mam(mam::Mam),
     /// A request refused as it was parsed (malformed, unsupported, not ours); `kind` names
     /// what it looked like, for metrics.
     Refused {
@@ -86,12 +93,13 @@ impl Request {
     /// The kind a payload looks like, and the request it parses to.
     fn classify(payload: Element, set: bool) -> (&'static str, Result<Request, StanzaError>) {
         let pubsub = payload.is("pubsub", ns::PUBSUB);
-        let op = payload.children().find(|c| c.name() != "set").map(|c| c.name().to_owned());
+        let op = payload.children().find(|c| c.name() != "set" && c.name() != "order").map(|c| c.name().to_owned());
         let kind = match (payload.ns().as_str(), op.as_deref()) {
             (ns::PING, _) => "ping",
             (ns::DISCO_INFO, _) => "disco_info",
             (ns::DISCO_ITEMS, _) => "disco_items",
             (COMMANDS, _) => "command",
+            (ns::MAM, _) => "mam",
             (
                 ns::PUBSUB,
                 Some(op @ ("items" | "publish" | "retract" | "subscribe" | "unsubscribe" | "subscriptions")),
@@ -117,6 +125,8 @@ impl Request {
             }
         } else if payload.is("command", COMMANDS) {
             command::Run::parse(payload).map(Request::Command)
+        } else if payload.is("query", ns::MAM) {
+            mam::Mam::parse(payload).map(Request::Mam)
         } else if PublishRequest::is_publish_request(&payload) {
             publish::Publish::parse(payload).map(Request::Publish)
         } else if payload.is("pubsub", ns::PUBSUB_OWNER) {
@@ -142,6 +152,7 @@ impl Request {
             Request::DiscoInfo(_) => "disco_info",
             Request::DiscoItems(_) => "disco_items",
             Request::Pull(_) => "items",
+            Request::Mam(_) => "mam",
             Request::Subscriptions(_) => "subscriptions",
             Request::Publish(_) => "publish",
             Request::Retract(_) => "retract",
@@ -158,6 +169,7 @@ impl Request {
             Request::DiscoInfo(r) => r.node(),
             Request::DiscoItems(r) => r.node(),
             Request::Pull(r) => Some(r.node()),
+            Request::Mam(r) => Some(r.node()),
             Request::Subscriptions(r) => r.node(),
             Request::Publish(r) => Some(r.node()),
             Request::Retract(r) => Some(&r.node),
@@ -175,6 +187,7 @@ impl Request {
             Request::DiscoInfo(r) => r.apply(ctx).await.map(Answer::from),
             Request::DiscoItems(r) => r.apply(ctx).await.map(Answer::from),
             Request::Pull(r) => r.apply(ctx).await,
+            Request::Mam(r) => r.apply(ctx).await,
             Request::Subscriptions(r) => r.apply(ctx).await.map(Answer::from),
             Request::Publish(r) => r.apply(ctx).await.map(Answer::from),
             Request::Retract(r) => r.apply(ctx).await.map(Answer::from),

@@ -4,6 +4,7 @@
 use super::{Answer, Ctx, fail};
 use crate::errors::{bad_request, internal};
 use crate::payloads::ItemsQuery;
+use crate::payloads::order_by::take_order;
 use feed::paging::Page;
 use feed::ports::Store;
 use feed::service::PullRequest;
@@ -17,7 +18,8 @@ pub struct Pull {
 }
 
 impl Pull {
-    pub fn parse(payload: Element) -> Result<Pull, StanzaError> {
+    pub fn parse(mut payload: Element) -> Result<Pull, StanzaError> {
+        let order_by = take_order(&mut payload).map_err(|e| bad_request(&e))?;
         let q = ItemsQuery::try_from(payload).map_err(|e| bad_request(&format!("malformed items request: {e}")))?;
         let rsm = q.rsm;
         let req = PullRequest {
@@ -28,6 +30,9 @@ impl Pull {
             index: rsm.as_ref().and_then(|r| r.index).map(|i| i as u64),
             max_items: q.items.max_items,
             ids: q.items.item_ids,
+            order_by,
+            from: None,
+            to: None,
         };
         Ok(Pull { req })
     }
