@@ -28,6 +28,9 @@
 # BENCH_PUBLISH_ITEMS entries (not measured), so that there is a page; then the canned
 # component captures it. Pulls of smartfeeds and canned only,
 # alternately: BENCH_SERVICES='(smartfeeds|canned) ' BENCH_MODES=pull.
+# And on each host smartfeeds(MAM): the same instance and pages, asked as MAM queries
+# (XEP-0313 with the node; pull only): its CPU per page beside smartfeeds' is what a MAM
+# page costs against an RSM page of the same view, in the same run.
 # And on each host smartfeeds-http: the same smartfeeds instance through its HTTP face (no
 # XMPP server in the middle): publishes by PUT, pages by `since`, the same node and sizes.
 # smartfeeds is restarted with the other push.multicast setting between its two services
@@ -439,7 +442,8 @@ run() {
 	fi
 }
 
-# The services of a host: NAME JID PAGING (rsm, max-items, or http: smartfeeds' HTTP face)
+# The services of a host: NAME JID PAGING (rsm, max-items, mam: the same pages as MAM
+# queries, or http: smartfeeds' HTTP face)
 # MAX_ITEMS (node size for create; 0 for smartfeeds, which keeps every item and needs no
 # node creation).
 services_of() {
@@ -449,6 +453,7 @@ services_of() {
 			[[ " $stores " == *" postgres "* ]] && echo "smartfeeds-pg feeds.localhost rsm 0"
 			echo "smartfeeds-http - http 0"
 			echo "smartfeeds(unicast) feeds.localhost rsm 0"
+			echo "smartfeeds(MAM) feeds.localhost mam 0"
 			# Prosody's pubsub keeps at most 256 items per node (pubsub_max_items).
 			echo "mod_pubsub(file) pubsub.localhost max-items 256"
 			echo "mod_pubsub(memory) pubsub-mem.localhost max-items 256"
@@ -460,6 +465,7 @@ services_of() {
 			[[ " $stores " == *" postgres2 "* ]] && echo "smartfeeds-pg2 feeds.localhost rsm 0"
 			echo "smartfeeds-http - http 0"
 			echo "smartfeeds(unicast) feeds.localhost rsm 0"
+			echo "smartfeeds(MAM) feeds.localhost mam 0"
 			echo "mod_pubsub pubsub.localhost rsm 1000"
 			echo "canned canned.localhost rsm 0"
 			;;
@@ -498,6 +504,7 @@ for host in $hosts; do
 			case "$name" in
 				smartfeeds) want="true sqlite" headers=() ;;
 				smartfeeds\(unicast\)) want="false sqlite" headers=() ;;
+				smartfeeds\(MAM\)) want="true sqlite" headers=() ;;
 				smartfeeds-pg) want="true postgres" headers=() ;;
 				smartfeeds-pg2) want="true postgres2" headers=() ;;
 				*) want="" ;;
@@ -507,7 +514,8 @@ for host in $hosts; do
 				start_smartfeeds "$host" $want
 			fi
 			for mode in $modes; do
-				if [ "$name" = canned ] && [ "$mode" != pull ]; then continue; fi
+				# The canned component and MAM answer pulls only.
+				if [[ $name == canned || $name == "smartfeeds(MAM)" ]] && [ "$mode" != pull ]; then continue; fi
 				case "$paging/$mode" in
 					http/publish) run "$host/$name" "$jid" http-publish --items "$publish_items" \
 						--in-flight "$publish_in_flight" ;;

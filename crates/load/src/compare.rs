@@ -21,8 +21,14 @@ struct Figure {
     higher_is_better: bool,
 }
 
-const FIGURES: [Figure; 8] = [
+const FIGURES: [Figure; 9] = [
     Figure { mode: "pull", key: "rate", title: "pull: pages of items per second", higher_is_better: true },
+    Figure {
+        mode: "pull",
+        key: "service_cpu_ms_per_op",
+        title: "pull: CPU of the service per page, ms",
+        higher_is_better: false,
+    },
     Figure { mode: "pull", key: "p99_ms", title: "pull: p99 latency of a page, ms", higher_is_better: false },
     Figure { mode: "publish", key: "rate", title: "publish: items per second", higher_is_better: true },
     Figure { mode: "publish", key: "p99_ms", title: "publish: p99 latency, ms", higher_is_better: false },

@@ -39,6 +39,23 @@ pub struct PullArgs {
     /// Ask for `max_items="MAX"` instead of RSM.
     #[arg(long)]
     pub max_items: bool,
+    /// Page with MAM queries (XEP-0313 with `node`) instead of items requests, RSM as
+    /// usual; the results, messages before each iq result, are drained unread.
+    #[arg(long, conflicts_with_all = ["max_items", "rsm"])]
+    pub mam: bool,
+}
+
+impl PullArgs {
+    /// The request for the page after `after`.
+    fn ask<'a>(&self, after: Option<&'a str>) -> PageAsk<'a> {
+        if self.max_items {
+            PageAsk::MaxItems(self.max)
+        } else if self.mam {
+            PageAsk::Mam { max: self.max, after }
+        } else {
+            PageAsk::Rsm { max: self.max, after }
+        }
+    }
 }
 
 /// The node as the first walk saw it.
@@ -65,12 +82,12 @@ impl Pager for Ctx {
     async fn fetch(&self, ask: &PageAsk<'_>) -> (Duration, Result<PageFacts, String>) {
         let query = items_query(&self.common.node, ask);
         let t0 = Instant::now();
-        let reply = self.link.iq("get", None, &self.common.service, &query, self.timeout()).await;
+        let reply = self.link.iq(ask.iq_type(), None, &self.common.service, &query, self.timeout()).await;
         let latency = t0.elapsed();
         let facts = reply
             .map_err(|e| e.to_string())
             .and_then(|r| outcome(&r).map(|()| r))
-            .and_then(|r| page_facts(&r).ok_or_else(|| "result without <pubsub><items/>".to_string()));
+            .and_then(|r| page_facts(&r, ask).ok_or_else(|| "result without <pubsub><items/> or <fin/>".to_string()));
         (latency, facts)
     }
 
@@ -100,7 +117,7 @@ async fn discover(ctx: &impl Pager, args: &PullArgs, cap: u64) -> Result<Ring, S
     let mut ring = Ring { afters: vec![None], sizes: Vec::new(), count: None };
     loop {
         let after = ring.afters.last().cloned().flatten();
-        let ask = PageAsk::Rsm { max: args.max, after: after.as_deref() };
+        let ask = args.ask(after.as_deref());
         let facts = ctx.fetch(&ask).await.1.map_err(|e| format!("first walk of {node}: {e}"))?;
         if !facts.has_set {
             return Err(format!("{node}: the service ignored RSM (no <set/> in the reply); try --max-items"));
@@ -135,11 +152,7 @@ async fn walk(ctx: &impl Pager, args: &PullArgs, ring: &Ring, start: usize, tick
     let mut pos = start;
     let mut after = ring.afters[pos].clone();
     while ctx.open() && tickets.fetch_add(1, Ordering::Relaxed) < total {
-        let ask = if args.max_items {
-            PageAsk::MaxItems(args.max)
-        } else {
-            PageAsk::Rsm { max: args.max, after: after.as_deref() }
-        };
+        let ask = args.ask(after.as_deref());
         let (latency, facts) = ctx.fetch(&ask).await;
         let next = (pos + 1) % ring.sizes.len();
         // Past an error, carry on from where the first walk says the next page starts.
@@ -169,7 +182,11 @@ async fn walk(ctx: &impl Pager, args: &PullArgs, ring: &Ring, start: usize, tick
 }
 
 pub async fn run(ctx: &Ctx, args: &PullArgs) -> Result<Report, String> {
-    let report = ctx.report(if args.max_items { "pull-max-items" } else { "pull" });
+    let report = ctx.report(match (args.max_items, args.mam) {
+        (true, _) => "pull-max-items",
+        (_, true) => "pull-mam",
+        _ => "pull",
+    });
     measure(ctx, args, &ctx.common.run, report).await
 }
 

@@ -15,6 +15,7 @@ pub const NS_PUBSUB_EVENT: &str = "http://jabber.org/protocol/pubsub#event";
 pub const NS_RSM: &str = "http://jabber.org/protocol/rsm";
 pub const NS_SHIM: &str = "http://jabber.org/protocol/shim";
 pub const NS_ATOM: &str = "http://www.w3.org/2005/Atom";
+pub const NS_MAM: &str = "urn:xmpp:mam:2";
 
 /// XML escaping: the core's (minidom's), so the tool writes what the service would.
 pub use feed::atom::escape as esc;
@@ -26,6 +27,19 @@ pub enum PageAsk<'a> {
     Rsm { max: u32, after: Option<&'a str> },
     /// `max_items="n"` (XEP-0060 §6.5.7), for services without RSM.
     MaxItems(u32),
+    /// A MAM query of the node (XEP-0313 with `node`), paged like `Rsm`: its results come
+    /// as messages before the iq result, whose `<fin/>` says where the page ends.
+    Mam { max: u32, after: Option<&'a str> },
+}
+
+impl PageAsk<'_> {
+    /// The iq type of the request: MAM queries are `set`s.
+    pub fn iq_type(&self) -> &'static str {
+        match self {
+            PageAsk::Mam { .. } => "set",
+            _ => "get",
+        }
+    }
 }
 
 /// The `<pubsub/>` of an items request.
@@ -39,6 +53,12 @@ pub fn items_query(node: &str, ask: &PageAsk) -> String {
             )
         }
         PageAsk::MaxItems(n) => format!("<pubsub xmlns='{NS_PUBSUB}'><items node='{node}' max_items='{n}'/></pubsub>"),
+        PageAsk::Mam { max, after } => {
+            let after = after.map(|a| format!("<after>{}</after>", esc(a))).unwrap_or_default();
+            format!(
+                "<query xmlns='{NS_MAM}' queryid='p' node='{node}'><set xmlns='{NS_RSM}'><max>{max}</max>{after}</set></query>"
+            )
+        }
     }
 }
 
@@ -104,7 +124,10 @@ pub struct PageFacts {
     pub count: Option<u64>,
 }
 
-pub fn page_facts(reply: &Element) -> Option<PageFacts> {
+pub fn page_facts(reply: &Element, ask: &PageAsk) -> Option<PageFacts> {
+    if let PageAsk::Mam { max, .. } = ask {
+        return reply.get_child("fin", NS_MAM).map(|fin| fin_facts(fin, *max));
+    }
     let pubsub = reply.get_child("pubsub", NS_PUBSUB)?;
     let items = pubsub.get_child("items", NS_PUBSUB)?;
     let mut facts = PageFacts { items: items.children().filter(|c| c.name() == "item").count(), ..Default::default() };
@@ -202,4 +225,22 @@ mod tests {
         assert_eq!(push_facts(retract.as_bytes()).unwrap().item, "r");
         assert_eq!(push_facts(b"<message><body>hi</body></message>"), None);
     }
+}
+
+/// What a MAM `<fin/>` says of its page: its RSM `<set/>`, and the number of results, from
+/// the set (the results themselves came as messages, which the tool does not read): the
+/// page runs from `<first index>` to `<count>` when complete, else it holds the `max` asked
+/// for (the count the caller compares with the first walk's).
+fn fin_facts(fin: &Element, max: u32) -> PageFacts {
+    let set = fin.get_child("set", NS_RSM);
+    let child = |name: &str| set.and_then(|s| s.get_child(name, NS_RSM));
+    let count = child("count").and_then(|c| c.text().trim().parse::<u64>().ok());
+    let first = child("first").and_then(|f| f.attr("index")?.parse::<u64>().ok());
+    let complete = fin.attr("complete") == Some("true");
+    let items = match (complete, first, count) {
+        (true, Some(first), Some(count)) => count.saturating_sub(first) as usize,
+        (true, None, _) => 0,
+        _ => max as usize,
+    };
+    PageFacts { items, has_set: set.is_some(), last: child("last").map(|l| l.text()), count }
 }

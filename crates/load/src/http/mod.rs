@@ -134,6 +134,7 @@ impl Pager for HttpCtx {
             PageAsk::Rsm { max, after: None } => self.feed_url(&format!("max={max}")),
             PageAsk::Rsm { max, after: Some(a) } => self.feed_url(&format!("max={max}&since=cursor:{a}")),
             PageAsk::MaxItems(max) => self.feed_url(&format!("max={max}")),
+            PageAsk::Mam { .. } => return (Duration::ZERO, Err("MAM is an XMPP query: no HTTP pull asks it".into())),
         };
         let t0 = Instant::now();
         let res = async {
