@@ -281,6 +281,55 @@ proptest! {
         }
     }
 
+    /// A window of the view's time (MAM's `start` and `end`, inclusive) holds exactly the
+    /// view's items in it, in view order: walked forward in pages with cursors, its count
+    /// and indexes are the window's, and index paging lands on the same items.
+    #[test]
+    fn windows_hold_exactly_the_items_of_their_span(
+        ops in proptest::collection::vec(op(), 1..50),
+        max in 1u64..6,
+        ends in (0i64..12, 0i64..12),
+    ) {
+        let mut w = World::new();
+        for op in &ops {
+            w.apply(op);
+        }
+        let base = w.model.items.iter().map(|i| i.created.0).min().unwrap_or(0);
+        let (from, to) = (base + ends.0.min(ends.1), base + ends.0.max(ends.1));
+        for v in views() {
+            let want: Vec<String> =
+                w.model.view(&v).into_iter().filter(|(_, k)| from <= k.0 && k.0 <= to).map(|(id, _)| id).collect();
+            let node = v.canonical();
+            let ask = |after: Option<String>, index: Option<u64>| PullRequest {
+                node: node.clone(),
+                max: Some(max),
+                after,
+                index,
+                from: Some(from),
+                to: Some(to),
+                ..Default::default()
+            };
+            let mut got = Vec::new();
+            let mut after = None;
+            for _ in 0..=want.len() {
+                let p = w.rt.block_on(w.svc.pull(ADMIN, ask(after.clone(), None))).unwrap();
+                prop_assert_eq!(p.count, want.len() as u64, "the window's count in {}", node);
+                if p.items.is_empty() {
+                    break;
+                }
+                prop_assert_eq!(p.first_index, Some(got.len() as u64), "indexes count in the window of {}", node);
+                got.extend(ids(&p));
+                after = Some(format!("cursor:{}", p.last.unwrap()));
+            }
+            prop_assert_eq!(&got, &want, "the window of {}", node);
+            for i in (0..want.len()).step_by(max as usize) {
+                let p = w.rt.block_on(w.svc.pull(ADMIN, ask(None, Some(i as u64)))).unwrap();
+                let end = (i + max as usize).min(want.len());
+                prop_assert_eq!(ids(&p), want[i..end].to_vec(), "index {} of the window of {}", i, node);
+            }
+        }
+    }
+
     /// A cursor handed out before later changes still resumes without skipping an item: every
     /// item now after the cursor's old position is in the resumed walk, in order, once.
     #[test]
