@@ -31,6 +31,7 @@ pub mod federation;
 pub mod fixture;
 pub mod http;
 pub mod instances;
+pub mod libervia;
 pub mod logs;
 pub mod mam;
 pub mod memory_store;
