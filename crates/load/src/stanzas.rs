@@ -196,6 +196,24 @@ pub fn sync_headers(headers: &[u8]) -> SyncHeaders {
     out
 }
 
+/// What a MAM `<fin/>` says of its page: its RSM `<set/>`, and the number of results, from
+/// the set (the results themselves came as messages, which the tool does not read): the
+/// page runs from `<first index>` to `<count>` when complete, else it holds the `max` asked
+/// for (the count the caller compares with the first walk's).
+fn fin_facts(fin: &Element, max: u32) -> PageFacts {
+    let set = fin.get_child("set", NS_RSM);
+    let child = |name: &str| set.and_then(|s| s.get_child(name, NS_RSM));
+    let count = child("count").and_then(|c| c.text().trim().parse::<u64>().ok());
+    let first = child("first").and_then(|f| f.attr("index")?.parse::<u64>().ok());
+    let complete = fin.attr("complete") == Some("true");
+    let items = match (complete, first, count) {
+        (true, Some(first), Some(count)) => count.saturating_sub(first) as usize,
+        (true, None, _) => 0,
+        _ => max as usize,
+    };
+    PageFacts { items, has_set: set.is_some(), last: child("last").map(|l| l.text()), count }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,22 +243,4 @@ mod tests {
         assert_eq!(push_facts(retract.as_bytes()).unwrap().item, "r");
         assert_eq!(push_facts(b"<message><body>hi</body></message>"), None);
     }
-}
-
-/// What a MAM `<fin/>` says of its page: its RSM `<set/>`, and the number of results, from
-/// the set (the results themselves came as messages, which the tool does not read): the
-/// page runs from `<first index>` to `<count>` when complete, else it holds the `max` asked
-/// for (the count the caller compares with the first walk's).
-fn fin_facts(fin: &Element, max: u32) -> PageFacts {
-    let set = fin.get_child("set", NS_RSM);
-    let child = |name: &str| set.and_then(|s| s.get_child(name, NS_RSM));
-    let count = child("count").and_then(|c| c.text().trim().parse::<u64>().ok());
-    let first = child("first").and_then(|f| f.attr("index")?.parse::<u64>().ok());
-    let complete = fin.attr("complete") == Some("true");
-    let items = match (complete, first, count) {
-        (true, Some(first), Some(count)) => count.saturating_sub(first) as usize,
-        (true, None, _) => 0,
-        _ => max as usize,
-    };
-    PageFacts { items, has_set: set.is_some(), last: child("last").map(|l| l.text()), count }
 }
