@@ -27,12 +27,11 @@ dpkg -s prosody-modules >/dev/null 2>&1 || missing+=(prosody-modules)
 command -v newsboat >/dev/null 2>&1 || missing+=(newsboat)
 dpkg -s python3-feedparser >/dev/null 2>&1 || missing+=(python3-feedparser)
 # XMPP clients nobody here wrote: Libervia's (its backend runs on a private D-Bus session
-# bus) and a second XMPP library with its own RSM and MAM code.
+# bus) and a second XMPP library with its own RSM and MAM code (slixmpp).
 command -v libervia-cli >/dev/null 2>&1 || missing+=(libervia-cli)
 command -v libervia-backend >/dev/null 2>&1 || missing+=(libervia-backend)
 command -v dbus-daemon >/dev/null 2>&1 || missing+=(dbus)
-dpkg -s python3-nbxmpp >/dev/null 2>&1 || missing+=(python3-nbxmpp)
-dpkg -s python3-aioxmpp >/dev/null 2>&1 || missing+=(python3-aioxmpp)
+dpkg -s python3-slixmpp >/dev/null 2>&1 || missing+=(python3-slixmpp)
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "installing ${missing[*]} (Debian packages)..." >&2
 	if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi

@@ -1,11 +1,19 @@
-//! End to end, Libervia's client (Debian `libervia-cli` with `libervia-backend`, on a
-//! private D-Bus session bus; see `crates/testkit/src/libervia.rs`) against the real
-//! `smartfeeds` on a real XMPP server (Prosody or ejabberd): it finds the feed among the
+//! End to end, XMPP clients nobody here wrote against the real `smartfeeds` on a real XMPP
+//! server (Prosody or ejabberd).
+//!
+//! Libervia's client (Debian `libervia-cli` with `libervia-backend`, on a private D-Bus
+//! session bus; see `crates/testkit/src/libervia.rs`): it finds the feed among the
 //! service's nodes, pages a view to its end with its own RSM code (as it decides where to
 //! stop: `first@index` + page size reaching `count`), queries it with MAM ordered by
 //! modification (XEP-0413 `urn:xmpp:order-by:0`, as Libervia 0.9 sends it), and reads the
 //! entries as blog posts with `li blog get`. What it reads must be what a pull of the same
 //! view gives, and what was published.
+//!
+//! A second XMPP library with RSM and MAM code of its own, slixmpp (Debian
+//! `python3-slixmpp`; `tests/clients/slixmpp_reader.py`): its RSM iterator pages the view
+//! and its MAM iterator queries it, to the ends they find themselves. (Of the other two in
+//! Debian, aioxmpp 0.13 has no MAM and no RSM in its pubsub client, and nbxmpp 4.2's MAM
+//! query cannot name a node.)
 //!
 //! Libervia's own subscribe goes through XEP-0376 (Pubsub Account Management) on the
 //! user's server, which neither Prosody 0.12 nor ejabberd 23.01 offers; subscriptions and
@@ -53,8 +61,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.expect("the blocking work")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn libervia_finds_pages_queries_and_reads_a_feed_as_we_serve_it() {
+/// A server and smartfeeds whose feed `lib` holds seven posts, the third edited; with the
+/// ids of its default view (newest first) and of its newest-first modification order, as
+/// our own pulls read them.
+async fn seeded() -> (Fixture, Vec<String>, Vec<String>) {
     let fx = Fixture::start(TABLES);
     let mut bot = fx.server.login("bot").await;
     for n in 1..=7 {
@@ -67,6 +77,13 @@ async fn libervia_finds_pages_queries_and_reads_a_feed_as_we_serve_it() {
     let by_modification: Vec<String> =
         pages(&mut bot, Pull::node("lib?order=-modified").max(100)).await.iter().flat_map(|p| p.ids()).collect();
     assert_eq!(newest_first.len(), 7);
+    bot.close().await;
+    (fx, newest_first, by_modification)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libervia_finds_pages_queries_and_reads_a_feed_as_we_serve_it() {
+    let (fx, newest_first, by_modification) = seeded().await;
     fx.server.create_user("lib-reader", PASSWORD);
     let port = fx.server.c2s_port();
     let lv = blocking(move || Libervia::start(port, "lib-reader@localhost", PASSWORD)).await;
@@ -142,5 +159,49 @@ async fn libervia_finds_pages_queries_and_reads_a_feed_as_we_serve_it() {
         })
         .collect();
     assert_eq!(seen, want, "posts as published, newest first");
-    bot.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slixmpp_pages_and_queries_a_feed_with_its_own_rsm_and_mam() {
+    let python = std::path::Path::new("/usr/bin/python3");
+    let ok =
+        std::process::Command::new(python).args(["-c", "import slixmpp"]).output().is_ok_and(|o| o.status.success());
+    assert!(ok, "slixmpp is not installed: install the Debian package with `apt-get install python3-slixmpp`");
+    let (fx, newest_first, by_creation_then_edits) = seeded().await;
+    fx.server.create_user("slix-reader", PASSWORD);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/slixmpp_reader.py");
+    let port = fx.server.c2s_port().to_string();
+    let out = blocking(move || {
+        std::process::Command::new("/usr/bin/python3")
+            .args([script, &port, "slix-reader@localhost", PASSWORD, COMPONENT_DOMAIN, "lib", "3"])
+            .output()
+            .expect("python3 runs")
+    })
+    .await;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "slixmpp_reader.py: {stderr}\n{stdout}");
+    let got: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let pages = |key: &str| -> Vec<Vec<String>> { serde_json::from_value(got[key].clone()).unwrap() };
+    // RSM: pages of three, to the end the library finds by itself, each item once in order.
+    let rsm = pages("rsm");
+    assert_eq!(rsm.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 1], "{got}");
+    assert_eq!(rsm.concat(), newest_first, "RSM pages: every item once, in the view's order: {got}");
+    // MAM: the same pages, result ids the RSM cursors, complete on the last page only.
+    let mam = pages("mam");
+    assert_eq!(mam, rsm, "MAM pages as RSM pages: {got}");
+    let ids = pages("mam_ids");
+    for (k, page) in ids.iter().enumerate() {
+        assert_eq!(
+            page.first(),
+            got["rsm_sets"][k]["first"].as_str().map(String::from).as_ref(),
+            "result ids are cursors: {got}"
+        );
+        assert_eq!(
+            page.last(),
+            got["rsm_sets"][k]["last"].as_str().map(String::from).as_ref(),
+            "result ids are cursors: {got}"
+        );
+    }
+    assert_eq!(got["complete"], json!([false, false, true]), "{got}");
+    assert_ne!(by_creation_then_edits, newest_first, "the edit moved p3 in the modification order");
 }
