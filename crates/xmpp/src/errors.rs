@@ -32,6 +32,12 @@ pub fn unsupported(feature: &str, text: &str) -> StanzaError {
     stanza_error(T::Cancel, C::FeatureNotImplemented, Some(text), Some(App::Unsupported { feature: feature.into() }))
 }
 
+/// `feature-not-implemented` without a pubsub condition: a protocol option the service
+/// does not implement outside XEP-0060 (MAM's `flip-page`).
+pub fn not_implemented(text: &str) -> StanzaError {
+    stanza_error(T::Cancel, C::FeatureNotImplemented, Some(text), None)
+}
+
 /// `service-unavailable`: the RFC 6120 answer to an iq payload we do not handle.
 pub fn service_unavailable(text: &str) -> StanzaError {
     stanza_error(T::Cancel, C::ServiceUnavailable, Some(text), None)

@@ -68,7 +68,9 @@ impl<S: Store> Router<S> {
                 (Reply::Iq(Iq::Result { from: Some(me), to: Some(from), id, payload }), Some(push))
             }
             Ok(Answer::Page(body)) => (Reply::Items(ItemsReply::new(me, from, id, body)), None),
-            Ok(Answer::Mam { queryid, page }) => (Reply::Mam(MamReply { from: me, to: from, id, queryid, page }), None),
+            Ok(Answer::Mam { queryid, page }) => {
+                (Reply::Mam(MamReply::new(me, from, id, queryid.as_deref(), page)), None)
+            }
             Err(error) => (Reply::Iq(Iq::Error { from: Some(me), to: Some(from), id, error, payload: None }), None),
         };
         Some(Served { kind, reply, then })

@@ -7,7 +7,7 @@
 
 use super::pull::rsm_result;
 use super::{Answer, Ctx, fail};
-use crate::errors::{bad_request, internal, unsupported};
+use crate::errors::{bad_request, internal, not_implemented};
 use crate::mam_page::MamPage;
 use crate::payloads::order_by::take_order;
 use feed::ports::Store;
@@ -35,7 +35,7 @@ impl Mam {
             ));
         };
         if q.flip_page {
-            return Err(unsupported("mam", "flip-page (urn:xmpp:mam:2#extended) is not implemented"));
+            return Err(not_implemented("flip-page (urn:xmpp:mam:2#extended) is not implemented"));
         }
         let (from, to) = match &q.form {
             Some(form) => window(form)?,
