@@ -114,15 +114,15 @@ impl ToParts for Forwarded<'_> {
 
 /// The answer to a MAM query: one `<message><result/></message>` per item to the
 /// requester, then the iq result with the `<fin/>`, in one write, so that every result is
-/// there before the result of the query (where clients stop listening). The messages are
-/// the page's kept tails behind one head naming the requester and the query, written once:
-/// copies, not encodings, so a MAM page costs about what an items page does.
+/// there before the result of the query (where clients stop listening). Each message is
+/// one head naming the requester and the query, written once per answer, and the page's
+/// kept tail: copies, not encodings.
 #[derive(Debug)]
 pub struct MamReply {
     from: Jid,
     to: Jid,
     id: String,
-    messages: String,
+    head: String,
     page: Arc<MamPage>,
 }
 
@@ -134,20 +134,14 @@ impl MamReply {
         if let Some(q) = queryid {
             head.push_str(&format!(r#" queryid="{}""#, esc(q)));
         }
-        let size = page.tails.iter().map(|t| head.len() + t.len()).sum();
-        let mut messages = String::with_capacity(size);
-        for tail in &page.tails {
-            messages.push_str(&head);
-            messages.push_str(tail);
-        }
-        MamReply { from, to, id, messages, page }
+        MamReply { from, to, id, head, page }
     }
 }
 
 impl ToParts for MamReply {
     fn parts(&self) -> Result<Parts<'_>, Error> {
-        let parts = [
-            Part::Verbatim(&self.messages),
+        let messages = self.page.tails.iter().flat_map(|tail| [Part::Verbatim(&self.head), Part::Verbatim(tail)]);
+        let iq = [
             start(ns::COMPONENT, xml_ncname!("iq")),
             attr(xml_ncname!("type"), "result"),
             attr(xml_ncname!("from"), self.from.as_str()),
@@ -157,6 +151,6 @@ impl ToParts for MamReply {
             Part::Verbatim(&self.page.fin),
             end(),
         ];
-        Ok(Box::new(parts.into_iter().map(Ok)))
+        Ok(Box::new(messages.chain(iq).map(Ok)))
     }
 }
