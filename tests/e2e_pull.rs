@@ -811,6 +811,18 @@ async fn mam_orders_by_creation_or_modification_bounds_by_time_and_refuses_by_na
         assert_eq!(testkit::error_condition(&e).as_deref(), Some("bad-request"), "{raw}");
         assert!(raw.contains(named), "the error names {named}: {raw}");
     }
+    // The fields a query may use (XEP-0313 §4.1.5): start and end.
+    let reply = dave
+        .iq(testkit::xml(&format!(
+            r#"<iq type="get" to="{COMPONENT_DOMAIN}"><query xmlns="urn:xmpp:mam:2" node="{node}"/></iq>"#
+        )))
+        .await;
+    let raw = testkit::to_xml(&reply);
+    assert_eq!(testkit::stanza_type(&reply), "result", "{raw}");
+    for var in ["FORM_TYPE", "start", "end"] {
+        assert!(raw.contains(&format!("var='{var}'")), "the form offers {var}: {raw}");
+    }
+    assert!(!raw.contains("var='with'"), "and nothing else: {raw}");
     // As a pull refuses them: no such feed, no such view parameter.
     for node in ["nope", "pull?colour=red"] {
         let e = mam(&mut dave, COMPONENT_DOMAIN, &MamQuery::node(node)).await.expect_err("refused");

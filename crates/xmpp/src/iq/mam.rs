@@ -15,7 +15,7 @@ use feed::service::PullRequest;
 use feed::{FeedError, NodeName};
 use minidom::Element;
 use std::sync::Arc;
-use xmpp_parsers::data_forms::{DataForm, Field};
+use xmpp_parsers::data_forms::{DataForm, DataFormType, Field, FieldType};
 use xmpp_parsers::mam;
 use xmpp_parsers::ns;
 use xmpp_parsers::stanza_error::StanzaError;
@@ -81,6 +81,34 @@ impl Mam {
         let made = Arc::new(made);
         ctx.ready.keep_mam(req, generation, made.clone());
         Ok(Answer::Mam { queryid: self.queryid, page: made })
+    }
+}
+
+/// A `get` of the query: the form fields a query of the node may use (XEP-0313 §4.1.5),
+/// answered to whoever may pull the node.
+pub struct MamFields {
+    node: Option<String>,
+}
+
+impl MamFields {
+    pub fn parse(payload: &Element) -> MamFields {
+        MamFields { node: payload.attr("node").map(str::to_string) }
+    }
+
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
+    pub async fn apply<S: Store>(self, ctx: &Ctx<'_, S>) -> Result<Option<Element>, StanzaError> {
+        let Some(node) = self.node else {
+            return Err(bad_request(
+                "a MAM query to this service names a node (a view): the service has no archive of its own",
+            ));
+        };
+        ctx.svc.generation(&ctx.actor, &node).await.map_err(fail)?;
+        let field = |var: &str| Field { label: None, ..Field::new(var, FieldType::TextSingle) };
+        let form = DataForm::new(DataFormType::Form, ns::MAM, vec![field("start"), field("end")]);
+        Ok(Some(Element::builder("query", ns::MAM).append(Element::from(form)).build()))
     }
 }
 

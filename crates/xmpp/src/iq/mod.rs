@@ -74,6 +74,7 @@ pub enum Request {
     Unsubscribe(subscribe::Unsubscribe),
     Command(command::Run),
     Mam(mam::Mam),
+    MamFields(mam::MamFields),
     /// A request refused as it was parsed (malformed, unsupported, not ours); `kind` names
     /// what it looked like, for metrics.
     Refused {
@@ -110,6 +111,8 @@ impl Request {
         let parsed = if !set {
             if ItemsQuery::is_items_query(&payload) {
                 pull::Pull::parse(payload).map(Request::Pull)
+            } else if payload.is("query", ns::MAM) {
+                Ok(Request::MamFields(mam::MamFields::parse(&payload)))
             } else if payload.is("ping", ns::PING) {
                 Ok(Request::Ping)
             } else if payload.is("query", ns::DISCO_INFO) {
@@ -153,6 +156,7 @@ impl Request {
             Request::DiscoItems(_) => "disco_items",
             Request::Pull(_) => "items",
             Request::Mam(_) => "mam",
+            Request::MamFields(_) => "mam_fields",
             Request::Subscriptions(_) => "subscriptions",
             Request::Publish(_) => "publish",
             Request::Retract(_) => "retract",
@@ -170,6 +174,7 @@ impl Request {
             Request::DiscoItems(r) => r.node(),
             Request::Pull(r) => Some(r.node()),
             Request::Mam(r) => Some(r.node()),
+            Request::MamFields(r) => r.node(),
             Request::Subscriptions(r) => r.node(),
             Request::Publish(r) => Some(r.node()),
             Request::Retract(r) => Some(&r.node),
@@ -188,6 +193,7 @@ impl Request {
             Request::DiscoItems(r) => r.apply(ctx).await.map(Answer::from),
             Request::Pull(r) => r.apply(ctx).await,
             Request::Mam(r) => r.apply(ctx).await,
+            Request::MamFields(r) => r.apply(ctx).await.map(Answer::from),
             Request::Subscriptions(r) => r.apply(ctx).await.map(Answer::from),
             Request::Publish(r) => r.apply(ctx).await.map(Answer::from),
             Request::Retract(r) => r.apply(ctx).await.map(Answer::from),
