@@ -5,14 +5,13 @@
 //! `<first>` and `<last>`, so a MAM page and an items page of the view agree item for item
 //! and either's ids page the other. Whoever may not pull the view gets the pull's error.
 
-use super::pull::rsm_result;
+use super::pull::{feed_and_generation, rsm_result};
 use super::{Answer, Ctx, fail};
 use crate::errors::{bad_request, internal, not_implemented};
 use crate::mam_page::MamPage;
 use crate::payloads::order_by::take_order;
 use feed::ports::Store;
 use feed::service::PullRequest;
-use feed::{FeedError, NodeName};
 use minidom::Element;
 use std::sync::Arc;
 use xmpp_parsers::data_forms::{DataForm, DataFormType, Field, FieldType};
@@ -63,11 +62,7 @@ impl Mam {
     /// The page: kept for the feed's generation, or read and made of ready items (and kept).
     pub async fn apply<S: Store>(self, ctx: &Ctx<'_, S>) -> Result<Answer, StanzaError> {
         let req = self.req;
-        let Ok(feed) = NodeName::parse(&req.node).map(|n| n.feed) else {
-            let refused = ctx.svc.pull(&ctx.actor, req).await.err();
-            return Err(fail(refused.unwrap_or_else(|| FeedError::BadRequest("unreadable node name".into()))));
-        };
-        let generation = ctx.ready.generation(ctx.svc, &ctx.actor, &req.node, &feed).await.map_err(fail)?;
+        let (feed, generation) = feed_and_generation(ctx, &req).await?;
         if let Some(page) = ctx.ready.kept_mam(&req, generation) {
             return Ok(Answer::Mam { queryid: self.queryid, page });
         }

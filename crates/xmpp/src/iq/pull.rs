@@ -45,12 +45,7 @@ impl Pull {
     /// (and kept).
     pub async fn apply<S: Store>(self, ctx: &Ctx<'_, S>) -> Result<Answer, StanzaError> {
         let req = self.req;
-        // A node that does not name a feed is refused by the pull itself, as before.
-        let Ok(feed) = NodeName::parse(&req.node).map(|n| n.feed) else {
-            let refused = ctx.svc.pull(&ctx.actor, req).await.err();
-            return Err(fail(refused.unwrap_or_else(|| FeedError::BadRequest("unreadable node name".into()))));
-        };
-        let generation = ctx.ready.generation(ctx.svc, &ctx.actor, &req.node, &feed).await.map_err(fail)?;
+        let (feed, generation) = feed_and_generation(ctx, &req).await?;
         if let Some(body) = ctx.ready.kept(&req, generation) {
             return Ok(Answer::Page(body));
         }
@@ -65,6 +60,17 @@ impl Pull {
         ctx.ready.keep(req, generation, body.clone());
         Ok(Answer::Page(body))
     }
+}
+
+/// The feed `req` reads and its generation, what a kept page is checked against; refused
+/// as the pull itself would be (a node that names no feed included).
+pub async fn feed_and_generation<S: Store>(ctx: &Ctx<'_, S>, req: &PullRequest) -> Result<(String, i64), StanzaError> {
+    let Ok(feed) = NodeName::parse(&req.node).map(|n| n.feed) else {
+        let refused = ctx.svc.pull(&ctx.actor, req.clone()).await.err();
+        return Err(fail(refused.unwrap_or_else(|| FeedError::BadRequest("unreadable node name".into()))));
+    };
+    let generation = ctx.ready.generation(ctx.svc, &ctx.actor, &req.node, &feed).await.map_err(fail)?;
+    Ok((feed, generation))
 }
 
 /// The RSM `<set/>` of a page: cursors for first and last, the first's index, the count.
