@@ -109,11 +109,10 @@ impl<S: Store> Service<S> {
     }
 }
 
-/// The newest of a view's newest items (given with their cursors, in either order): the
-/// item, its cursor and the cursor of the other item, if any.
+/// The first of a `max_items` page (read newest first by the view's time), with its
+/// cursor and the cursor of the item before it in time, if any.
 fn newest_of(items: Vec<Item>, cursors: Vec<Cursor>) -> Option<(Item, Cursor, Option<Cursor>)> {
-    let mut both: Vec<(Cursor, Item)> = cursors.into_iter().zip(items).collect();
-    both.sort_by_key(|(c, _)| (c.t, c.o));
-    let (last, item) = both.pop()?;
-    Some((item, last, both.pop().map(|(c, _)| c)))
+    let mut newest_first = cursors.into_iter().zip(items);
+    let (last, item) = newest_first.next()?;
+    Some((item, last, newest_first.next().map(|(c, _)| c)))
 }

@@ -5,7 +5,7 @@
 //! `<first>` and `<last>`, so a MAM page and an items page of the view agree item for item
 //! and either's ids page the other. Whoever may not pull the view gets the pull's error.
 
-use super::pull::{feed_and_generation, rsm_result};
+use super::pull::{feed_and_generation, paged, rsm_result};
 use super::{Answer, Ctx, fail};
 use crate::errors::{bad_request, internal, not_implemented};
 use crate::mam_page::MamPage;
@@ -40,18 +40,7 @@ impl Mam {
             Some(form) => window(form)?,
             None => (None, None),
         };
-        let rsm = q.set;
-        let req = PullRequest {
-            node: node.0,
-            max: rsm.as_ref().and_then(|r| r.max).map(|m| m as u64),
-            after: rsm.as_ref().and_then(|r| r.after.clone()),
-            before: rsm.as_ref().and_then(|r| r.before.clone()),
-            index: rsm.as_ref().and_then(|r| r.index).map(|i| i as u64),
-            order_by,
-            from,
-            to,
-            ..PullRequest::default()
-        };
+        let req = PullRequest { order_by, from, to, ..paged(node.0, q.set.as_ref()) };
         Ok(Mam { req, queryid: q.queryid.map(|q| q.0) })
     }
 

@@ -10,7 +10,7 @@ use feed::ports::Store;
 use feed::service::PullRequest;
 use feed::{FeedError, NodeName};
 use minidom::Element;
-use xmpp_parsers::rsm::{First, SetResult};
+use xmpp_parsers::rsm::{First, SetQuery, SetResult};
 use xmpp_parsers::stanza_error::StanzaError;
 
 pub struct Pull {
@@ -21,18 +21,11 @@ impl Pull {
     pub fn parse(mut payload: Element) -> Result<Pull, StanzaError> {
         let order_by = take_order(&mut payload).map_err(|e| bad_request(&e))?;
         let q = ItemsQuery::try_from(payload).map_err(|e| bad_request(&format!("malformed items request: {e}")))?;
-        let rsm = q.rsm;
         let req = PullRequest {
-            node: q.items.node,
-            max: rsm.as_ref().and_then(|r| r.max).map(|m| m as u64),
-            after: rsm.as_ref().and_then(|r| r.after.clone()),
-            before: rsm.as_ref().and_then(|r| r.before.clone()),
-            index: rsm.as_ref().and_then(|r| r.index).map(|i| i as u64),
             max_items: q.items.max_items,
             ids: q.items.item_ids,
             order_by,
-            from: None,
-            to: None,
+            ..paged(q.items.node, q.rsm.as_ref())
         };
         Ok(Pull { req })
     }
@@ -59,6 +52,18 @@ impl Pull {
         })?;
         ctx.ready.keep(req, generation, body.clone());
         Ok(Answer::Page(body))
+    }
+}
+
+/// A pull of `node` paged as the request's RSM `<set/>` asks (none: the first page).
+pub fn paged(node: String, rsm: Option<&SetQuery>) -> PullRequest {
+    PullRequest {
+        node,
+        max: rsm.and_then(|r| r.max).map(|m| m as u64),
+        after: rsm.and_then(|r| r.after.clone()),
+        before: rsm.and_then(|r| r.before.clone()),
+        index: rsm.and_then(|r| r.index).map(|i| i as u64),
+        ..PullRequest::default()
     }
 }
 
