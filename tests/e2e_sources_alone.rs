@@ -225,6 +225,15 @@ async fn follower(up: &Standalone, path: &str) -> Standalone {
     down
 }
 
+/// Publishes the entry `id` (titled `id`, by "Upstream") to `up`'s feed `up`.
+async fn put_upstream(up: &Standalone, id: String) {
+    let entry = testkit::pubsub::entry(&format!("urn:up:{id}"), &id, Some("Upstream"), &["live"]);
+    let res = testkit::http::put_entry(&reqwest::Client::new(), &up.base, "up", &id, testkit::http::BOT, &entry)
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+}
+
 fn two_entries(prefix: &str) -> String {
     format!(
         "<feed xmlns='http://www.w3.org/2005/Atom'><title>{prefix}</title>\
@@ -402,15 +411,7 @@ async fn after_a_restart_a_source_with_a_hub_is_read_whole_once_and_subscribed_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_named_by_its_archive_gives_the_whole_history_and_then_pushes() {
     let up = Standalone::start("archive_page = 2\n", &["up"], "[hub]\nallow_private_callbacks = true\n");
-    let client = reqwest::Client::new();
-    let put = |id: String| {
-        let (client, base) = (client.clone(), up.base.clone());
-        async move {
-            let entry = testkit::pubsub::entry(&format!("urn:up:{id}"), &id, Some("Upstream"), &["live"]);
-            let res = testkit::http::put_entry(&client, &base, "up", &id, testkit::http::BOT, &entry).await.unwrap();
-            assert_eq!(res.status(), 200);
-        }
-    };
+    let put = |id: String| put_upstream(&up, id);
     for n in 1..=7 {
         put(format!("old{n}")).await;
     }
@@ -435,15 +436,7 @@ async fn a_source_named_by_its_archive_gives_the_whole_history_and_then_pushes()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_named_by_an_oldest_first_view_gives_the_whole_history_in_order() {
     let up = Standalone::start("", &["up"], "[hub]\nallow_private_callbacks = true\n[limits]\ndefault_page = 2\n");
-    let client = reqwest::Client::new();
-    let put = |id: String| {
-        let (client, base) = (client.clone(), up.base.clone());
-        async move {
-            let entry = testkit::pubsub::entry(&format!("urn:up:{id}"), &id, Some("Upstream"), &[]);
-            let res = testkit::http::put_entry(&client, &base, "up", &id, testkit::http::BOT, &entry).await.unwrap();
-            assert_eq!(res.status(), 200);
-        }
-    };
+    let put = |id: String| put_upstream(&up, id);
     for n in 1..=5 {
         put(format!("old{n}")).await;
     }
