@@ -14,7 +14,7 @@ use smartfeeds::config::Config;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use testkit::memory_store::MemoryStore;
-use xmpp::ready::Ready;
+use xmpp::ready_pages::Ready;
 use xmpp::router::Router;
 use xmpp::stanza_parts::XmlBuf;
 use xmpp_parsers::iq::Iq;

@@ -42,7 +42,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let observer: feed::ports::CommitObserver = Box::new(move |batch, took| m.commit(batch, took));
     // The store's one change sink feeds every face: XMPP pushes, and HTTP wake-ups when
     // the HTTP face runs. Each hands changes over without waiting.
-    let wakeups = http::longpoll::Wakeups::new();
+    let wakeups = http::wakeups::Wakeups::new();
     let hub = http::hub::Registry::new();
     // Every commit of a SQLite store is this process's: feeds' generations are kept in
     // memory. On PostgreSQL other instances commit too: they are read from the store.
@@ -127,7 +127,7 @@ struct Changes {
     rx: mpsc::Receiver<ToPush>,
     weak: mpsc::WeakSender<ToPush>,
     /// The HTTP face's long-poll and event-stream wake-ups, and their feed when it runs.
-    wakeups: Arc<http::longpoll::Wakeups>,
+    wakeups: Arc<http::wakeups::Wakeups>,
     wake_rx: Option<mpsc::Receiver<Change>>,
     /// The WebSub hub's subscriptions, woken by the same changes.
     hub: Arc<http::hub::Registry>,
@@ -165,7 +165,7 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
         start_metrics(addr, metrics.clone(), depths).await?;
     }
     let sources = start_sources(&config, &svc, &metrics, share.clone())?;
-    let ready = Arc::new(xmpp::ready::Ready::new(generations.clone()));
+    let ready = Arc::new(xmpp::ready_pages::Ready::new(generations.clone()));
     if let (Some(_), Some(wake_rx)) = (&config.http, wake_rx) {
         let faces = HttpParts { wakeups, wake_rx, hub, share, sources, generations };
         start_http(&config, &svc, &metrics, faces, &requests).await?;
@@ -259,7 +259,7 @@ fn start_sources<S: Store>(
 
 /// What the HTTP face and the WebSub hub are woken by, and whom pings go to.
 struct HttpParts {
-    wakeups: Arc<http::longpoll::Wakeups>,
+    wakeups: Arc<http::wakeups::Wakeups>,
     wake_rx: mpsc::Receiver<Change>,
     hub: Arc<http::hub::Registry>,
     share: Option<watch::Receiver<feed::ports::Share>>,

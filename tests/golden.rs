@@ -36,7 +36,7 @@ allowed = ["*@example.net"]
     let svc = Service::new(MemoryStore::new(None), Arc::new(config.policy()), Arc::new(|| NOW));
     svc.init().await.unwrap();
     // Generations read from the store: nothing here keeps them in memory.
-    let ready = Arc::new(xmpp::ready::Ready::new(feed::generations::Generations::from_store()));
+    let ready = Arc::new(xmpp::ready_pages::Ready::new(feed::generations::Generations::from_store()));
     Router::new(svc, "feeds.localhost".parse().unwrap(), ready)
 }
 

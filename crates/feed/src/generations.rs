@@ -1,6 +1,6 @@
 //! Each feed's change generation, which validates every answer about the feed without
 //! reading its items; both faces keep their hot answers by it (HTTP's `answer_cache`,
-//! XMPP's `ready`).
+//! XMPP's `ready_pages`).
 //!
 //! The generation is the feed's last modified seq: every publish, update and retraction
 //! stamps a new, greater one, and it is kept in the store, so it survives restarts and

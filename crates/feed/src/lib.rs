@@ -15,11 +15,12 @@
 //! - [`atom`]: an Atom entry as both faces take it (checked, fields the core filters on).
 //! - [`ports`]: the traits stores implement; [`service`]: what every face calls.
 //! - [`error`]: the closed set of outcomes, named after XEP-0060's conditions.
-//! - [`ready`]: what a face makes of an item version, made once; [`generations`]: each
+//! - [`caches`]: what a face makes of an item version, made once, and answers kept by generation; [`generations`]: each
 //!   feed's change generation, which validates a face's kept answers.
 
 pub mod admission;
 pub mod atom;
+pub mod caches;
 pub mod change;
 pub mod cursor;
 pub mod error;
@@ -32,7 +33,6 @@ pub mod paging;
 pub mod policy;
 pub mod ports;
 pub mod position;
-pub mod ready;
 pub mod receipt;
 pub mod service;
 

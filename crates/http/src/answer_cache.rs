@@ -18,7 +18,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use feed::ready::{ByGeneration, Weighed};
+use feed::caches::{ByGeneration, Weighed};
 use std::sync::Arc;
 
 /// What the cache may hold, bytes of bodies.

@@ -4,7 +4,6 @@
 //! creation index, so the oldest document of a huge feed costs what the newest does.
 
 use super::answer_cache::Made;
-use super::answers::{ArchiveParams, FeedPath, JsonFeed, NotModified, Refusals};
 use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
@@ -12,6 +11,7 @@ use super::formats::{Doc, Format};
 use super::json_feed;
 use super::query::FeedQuery;
 use super::resolve::{common_headers, feed_base};
+use super::schemas::{ArchiveParams, FeedPath, JsonFeed, NotModified, Refusals};
 use super::{HttpState, St};
 use axum::extract::State;
 use axum::http::{HeaderMap, header};

@@ -3,7 +3,7 @@
 //! `Retry-After` on 429 and 503. [`ApiError::from_feed`] is the table from the core's errors.
 
 use super::actor::Actor;
-use super::answers::ErrorJson;
+use super::schemas::ErrorJson;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use feed::{FeedError, StoreError};

@@ -4,8 +4,8 @@
 //! for JSON, once per item version ([`crate::rendered`]): a document is its envelope and
 //! the items' ready forms.
 
-use crate::answers::{AuthorJson, ItemJson, PageJson};
 use crate::rendered::Rendered;
+use crate::schemas::{AuthorJson, ItemJson, PageJson};
 use feed::position::rfc3339;
 use feed::{Cursor, Item, Payload};
 use minidom::Element;

@@ -9,7 +9,7 @@
 //! stays in the format while it follows them.
 
 use super::formats::{ATOM, Doc, with_items};
-use crate::answers::{JsonFeed, JsonFeedAuthor, JsonFeedExtension, JsonFeedHub, JsonFeedItem, JsonFeedItemExtension};
+use crate::schemas::{JsonFeed, JsonFeedAuthor, JsonFeedExtension, JsonFeedHub, JsonFeedItem, JsonFeedItemExtension};
 use feed::position::rfc3339;
 use feed::{Cursor, Item, Payload};
 use minidom::Element;

@@ -5,8 +5,8 @@
 //! by the same change stream that feeds XMPP pushes.
 //!
 //! Files: `connections` (how connections are taken: their cap and timeouts, the head's
-//! bounds), `client_addr` (a client's address behind trusted proxies), `bounds` (what a request's path and body must keep to), `actor` (who a request is), `answers` (the JSON bodies, typed), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
-//! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `longpoll` (the wake-up registry), `held_places` (the bound on held requests), `later` (answers given
+//! bounds), `client_addr` (a client's address behind trusted proxies), `bounds` (what a request's path and body must keep to), `actor` (who a request is), `schemas` (the JSON bodies, typed, which the OpenAPI description is made from), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
+//! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `wakeups` (the wake-up registry of held requests), `held_places` (the bound on held requests), `later` (answers given
 //! after the layers are done: held long-polls),
 //! `single_flight` (one read shared by many waiters), `generations` (each feed's change
 //! generation), `answer_cache` (ETags from it, hot answers as bytes), `rendered` (an item's
@@ -21,7 +21,6 @@
 
 pub mod actor;
 pub mod answer_cache;
-pub mod answers;
 pub mod archive;
 pub mod asked;
 pub mod auth;
@@ -32,12 +31,12 @@ pub mod cors;
 pub mod errors;
 pub mod formats;
 pub mod held_places;
+pub mod schemas;
 pub use feed::generations;
 pub mod html_page;
 pub mod hub;
 pub mod json_feed;
 pub mod later;
-pub mod longpoll;
 pub mod openapi;
 pub mod pull;
 pub mod query;
@@ -46,6 +45,7 @@ pub mod rendered;
 pub mod resolve;
 pub mod single_flight;
 pub mod sse;
+pub mod wakeups;
 pub mod writes;
 
 use auth::{Actor, Tokens};
@@ -98,7 +98,7 @@ pub struct HttpState<S: Store> {
     pub svc: Service<S>,
     pub settings: Settings,
     pub tokens: Tokens,
-    pub wakeups: Arc<longpoll::Wakeups>,
+    pub wakeups: Arc<wakeups::Wakeups>,
     /// The places for held requests (`[http] max_held`).
     pub held: Arc<held_places::HeldPlaces>,
     /// Shared re-reads of woken long-polls: by actor and request, for a wake-up generation.
@@ -221,11 +221,11 @@ async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Respo
 
 /// `GET /health`: 200 when the store answers.
 #[utoipa::path(get, path = "/health", operation_id = "health", tag = "service", summary = "Whether the service and its store answer",
-    responses((status = 200, description = "Ready", body = answers::Health),
-        (status = 503, description = "The store does not answer", body = answers::ErrorJson)))]
+    responses((status = 200, description = "Ready", body = schemas::Health),
+        (status = 503, description = "The store does not answer", body = schemas::ErrorJson)))]
 async fn health<S: Store>(State(st): St<S>) -> Response {
     match st.svc.ready().await {
-        Ok(()) => axum::Json(answers::Health { status: "ok".into() }).into_response(),
+        Ok(()) => axum::Json(schemas::Health { status: "ok".into() }).into_response(),
         Err(e) => ApiError::from_feed(e, &Actor::Anonymous).into_response(),
     }
 }

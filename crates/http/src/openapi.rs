@@ -2,7 +2,7 @@
 //! generated (utoipa) from the handlers' own annotations and from the very types they
 //! answer with ([`crate::answers`]), so it describes what the code does.
 
-use crate::answers::{
+use crate::schemas::{
     AuthorJson, ErrorJson, FeedLink, FeedList, Health, HubForm, HubMode, ItemJson, JsonFeed, JsonFeedAuthor,
     JsonFeedExtension, JsonFeedHub, JsonFeedItem, JsonFeedItemExtension, PageJson, Published,
 };

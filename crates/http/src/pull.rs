@@ -3,18 +3,18 @@
 //! item URL; `GET BASE/feeds/`, the feeds the requester may read.
 
 use super::answer_cache::{self, Made};
-use super::answers::{
-    ErrorJson, FeedLink, FeedList, FeedPath, ItemJson, ItemPath, JsonFeed, JsonFeedItem, NotModified, PageJson,
-    PullParams, Refusals,
-};
 use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
 use super::formats::{Doc, Format, jsonp};
 use super::held_places::Place;
-use super::longpoll::Held;
 use super::query::FeedQuery;
 use super::resolve::{SEGMENT, common_headers, feed_base, resolve};
+use super::schemas::{
+    ErrorJson, FeedLink, FeedList, FeedPath, ItemJson, ItemPath, JsonFeed, JsonFeedItem, NotModified, PageJson,
+    PullParams, Refusals,
+};
+use super::wakeups::Held;
 use super::{HttpState, St, json_feed, later, sse};
 use axum::Extension;
 use axum::extract::State;

@@ -3,7 +3,7 @@
 //! A page of fifty items used to parse fifty stored Atom entries (for the JSON `title`,
 //! `content` and `author`) on every read. Here every form a reader takes of an item (its
 //! JSON object, its Atom entry with `fo:id` and `fo:cursor`, its JSON Feed item) is made
-//! once per item version and kept by the version ([`feed::ready::ByVersion`], which the XMPP
+//! once per item version and kept by the version ([`feed::caches::ByVersion`], which the XMPP
 //! face keeps its `<item/>`s in too): the feed and the item's modified seq, which every
 //! publish, update and retraction stamps anew, so a version's forms never change and the
 //! cache needs no invalidation. A page is then a store read and the concatenation of ready
@@ -16,7 +16,7 @@
 use crate::formats::{entry_atom, item_json};
 use crate::formats::{entry_atom_of, item_json_of, parsed, to_json};
 use feed::Item;
-use feed::ready::{ByVersion, Weighed};
+use feed::caches::{ByVersion, Weighed};
 use std::sync::Arc;
 
 /// What the cache may hold, bytes of text.

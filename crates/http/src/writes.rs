@@ -3,12 +3,12 @@
 //! retracts (204). A publisher's or admin's token is needed; the answer comes only after the
 //! change is durable, and the change reaches XMPP subscribers and held HTTP requests alike.
 
-use super::answers::{EntryRefusals, FeedPath, ItemPath, Published, Refusals};
 use super::asked::Asked;
 use super::auth::Actor;
 use super::bounds::{check_xml, read_body};
 use super::errors::{ApiError, quote};
 use super::resolve::feed_base;
+use super::schemas::{EntryRefusals, FeedPath, ItemPath, Published, Refusals};
 use super::{HttpState, St, body_limit};
 use axum::body::Body;
 use axum::extract::State;

@@ -4,7 +4,7 @@
 //!
 //! The page is the one smartfeeds answers: the tool asks the service (`--service`) for the
 //! first page of `--node` once, and writes the entries it got back with smartfeeds' own
-//! writer (`smartfeeds_xmpp::ready` and `reply`, into a component stream as smartfeeds'
+//! writer (`smartfeeds_xmpp::ready_pages` and `reply`, into a component stream as smartfeeds'
 //! link encodes it). smartfeeds stores an entry as minidom writes it, so writing the received entries
 //! again with minidom gives the stored text, and the page's bytes are those smartfeeds
 //! sends, but for the iq's own attributes (`from` is this component's domain, `to` and `id`
@@ -22,7 +22,7 @@ use std::time::Instant;
 use clap::Args;
 use feed::{Item, Payload};
 use minidom::Element;
-use xmpp::ready::{ItemXml, page_body};
+use xmpp::ready_pages::{ItemXml, page_body};
 use xmpp::reply::{ItemsReply, Reply};
 use xmpp_parsers::rsm::SetResult;
 

@@ -11,7 +11,7 @@
 //! payload, XEP-0131 SHIM headers, pubsub#errors conditions) and the Atom entry inspection
 //! that turns a publish `<item>` into a [`feed::Entry`]. [`stanza_parts`] is how replies and
 //! pushes are written: xso's items with stored XML spliced in as it is; [`reply`] is what
-//! the router answers with; [`ready`] makes pages of items written once per item version
+//! the router answers with; [`ready_pages`] makes pages of items written once per item version
 //! and keeps the bodies most asked for, by the feed's generation. [`multicast`] sends one push to many subscribers through the
 //! server's XEP-0033 service.
 
@@ -26,7 +26,7 @@ pub mod mam_page;
 pub mod multicast;
 pub mod notify;
 pub mod payloads;
-pub mod ready;
+pub mod ready_pages;
 pub mod reply;
 pub mod router;
 pub mod stanza_parts;

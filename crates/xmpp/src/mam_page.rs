@@ -2,17 +2,17 @@
 //! each item of the page as the `<forwarded/>` of its pubsub event, with its result id (the
 //! item's cursor, `cursor:T_O_C`, as an items page's `<first>`/`<last>` name it), then the
 //! `<fin/>`. What they are depends on the request and the feed's items only, so a page is
-//! kept with the feed's generation like an items page ([`crate::ready`]); the envelopes
+//! kept with the feed's generation like an items page ([`crate::ready_pages`]); the envelopes
 //! that name the requester (its JID, its `queryid`) are written around it on each answer
 //! ([`MamReply`]). Each item is written in its event as the items page writes it (the same
 //! ready `<item/>`), so a MAM page costs what an items page does and one envelope per item.
 
-use crate::ready::ItemXml;
+use crate::ready_pages::ItemXml;
 use crate::stanza_parts::{Part, Parts, ToParts, XmlBuf, Xso, attr, end, head_end, start, to_xml};
 use feed::atom::escape as esc;
+use feed::caches::Weighed;
 use feed::paging::Page;
 use feed::position::rfc3339;
-use feed::ready::Weighed;
 use jid::Jid;
 use std::io;
 use std::sync::Arc;

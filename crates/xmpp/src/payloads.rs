@@ -15,7 +15,7 @@
 //! - [`event`]: the push headline (pubsub#event + SHIM headers), shared by all its copies;
 //! - [`pubsub_errors`]: the `http://jabber.org/protocol/pubsub#errors` conditions carried in
 //!   `StanzaError::other`;
-//! - [`atom`]: the Atom entry inspector and RFC 6721 tombstones;
+//! - the Atom entry inspector and RFC 6721 tombstones are the core's ([`feed::atom`]);
 //! - [`addresses`]: XEP-0033 `<addresses/>`, for pushes through a multicast service;
 //! - [`order_by`]: XEP-0413 `<order/>`, in items requests and MAM queries.
 

@@ -62,7 +62,7 @@ impl ToParts for Reply {
 }
 
 /// `<iq type="result">BODY</iq>`: a page of items (XEP-0060 §6.5 with XEP-0059), its body
-/// `<pubsub>…</pubsub>` ready as [`crate::ready`] made it.
+/// `<pubsub>…</pubsub>` ready as [`crate::ready_pages`] made it.
 #[derive(Debug)]
 pub struct ItemsReply {
     from: Jid,
@@ -72,7 +72,7 @@ pub struct ItemsReply {
 }
 
 impl ItemsReply {
-    /// The result of `id` from `from` to `to`, with `body` ([`crate::ready::page_body`]).
+    /// The result of `id` from `from` to `to`, with `body` ([`crate::ready_pages::page_body`]).
     pub fn new(from: Jid, to: Jid, id: String, body: Arc<str>) -> ItemsReply {
         ItemsReply { from, to, id, body }
     }
@@ -96,7 +96,7 @@ impl ItemsReply {
 mod tests {
     use super::*;
     use crate::payloads::{ATOM, ItemsResult};
-    use crate::ready::{ItemXml, page_body};
+    use crate::ready_pages::{ItemXml, page_body};
     use feed::{Item, Payload};
     use minidom::Element;
     use xmpp_parsers::rsm::{First, SetResult};

@@ -6,7 +6,7 @@ use super::errors::{bad_request, policy_violation};
 use super::iq::{Answer, Ctx, Request};
 use super::mam_page::MamReply;
 use super::payloads::Push;
-use super::ready::Ready;
+use super::ready_pages::Ready;
 use super::reply::{ItemsReply, Reply};
 use feed::ports::Store;
 use feed::service::Service;

@@ -158,15 +158,15 @@ pub fn read_form(body: &[u8], base: &str, config: &HubConfig) -> Result<Asked, A
 /// `POST BASE/hub`: 202 and a verification on its way, or why not.
 #[utoipa::path(post, path = "/hub", operation_id = "hub_request", tag = "websub",
     summary = "Subscribe a callback to a view (or unsubscribe it); the intent is verified with a GET to the callback",
-    request_body(content = crate::answers::HubForm, content_type = "application/x-www-form-urlencoded",
+    request_body(content = crate::schemas::HubForm, content_type = "application/x-www-form-urlencoded",
         description = "hub.mode, hub.topic (a feed URL of this service with its view parameters), hub.callback, \
             hub.lease_seconds, hub.secret"),
     responses((status = 202, description = "Accepted: the verification of intent follows"),
-        (status = 400, description = "A missing or bad field, named in the text", body = crate::answers::ErrorJson),
-        (status = 401, description = "An unknown bearer token", body = crate::answers::ErrorJson),
-        (status = 403, description = "Not allowed to read the topic's feed", body = crate::answers::ErrorJson),
-        (status = 404, description = "No such feed", body = crate::answers::ErrorJson),
-        (status = 415, description = "Not a form", body = crate::answers::ErrorJson)),
+        (status = 400, description = "A missing or bad field, named in the text", body = crate::schemas::ErrorJson),
+        (status = 401, description = "An unknown bearer token", body = crate::schemas::ErrorJson),
+        (status = 403, description = "Not allowed to read the topic's feed", body = crate::schemas::ErrorJson),
+        (status = 404, description = "No such feed", body = crate::schemas::ErrorJson),
+        (status = 415, description = "Not a form", body = crate::schemas::ErrorJson)),
     security((), ("bearer" = [])))]
 pub async fn post<S: Store>(
     State(hub): State<Arc<Hub<S>>>,

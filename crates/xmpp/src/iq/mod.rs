@@ -21,7 +21,7 @@ pub use pull::rsm_result;
 use super::errors::{bad_request, service_unavailable, to_stanza_error, unsupported};
 use super::payloads::commands::COMMANDS;
 use super::payloads::{ItemsQuery, PublishRequest};
-use super::ready::Ready;
+use super::ready_pages::Ready;
 use feed::FeedError;
 use feed::ports::Store;
 use feed::service::Service;

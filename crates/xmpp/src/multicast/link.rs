@@ -1,5 +1,5 @@
 //! Multicast on one connection to the server: what [`discovery`](super::discovery) found,
-//! how the pusher uses it ([`plan`](super::plan)) and what a refusal changes
+//! how the pusher uses it ([`plan`]) and what a refusal changes
 //! ([`Fallback`]), kept together because all three start again at every login (a new
 //! connection may meet a reconfigured server).
 //!

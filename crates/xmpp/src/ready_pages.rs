@@ -5,7 +5,7 @@
 //! around them, on every request. Now:
 //!
 //! - each item's `<item id='…'>ENTRY</item>`, as it is written inside `<items/>`, is made
-//!   once per item version ([`feed::ready::ByVersion`], the mechanism the HTTP face keeps its
+//!   once per item version ([`feed::caches::ByVersion`], the mechanism the HTTP face keeps its
 //!   forms in) and a page's body, `<pubsub>…</pubsub>`, is the concatenation of them between
 //!   its `<items/>` tags and its RSM `<set/>`;
 //! - that body is a function of the request (node, RSM fields, `max_items`, item ids) and
@@ -22,10 +22,10 @@
 use crate::mam_page::MamPage;
 use crate::stanza_parts::{Part, Parts, ToParts, XmlBuf, attr, end, head_end, items, start};
 use feed::atom::DeletedEntry;
+use feed::caches::{ByGeneration, ByVersion, Weighed};
 use feed::generations::Generations;
 use feed::ports::Store;
 use feed::position::rfc3339;
-use feed::ready::{ByGeneration, ByVersion, Weighed};
 use feed::service::{PullRequest, Service};
 use feed::{FeedError, Item, Payload};
 use std::io;
