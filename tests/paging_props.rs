@@ -185,7 +185,12 @@ impl World {
             author: author(a),
             categories: cats(c),
         };
-        self.rt.block_on(self.svc.publish(ADMIN, "f", Some(id.into()), entry)).unwrap();
+        let done = self.rt.block_on(self.svc.publish(ADMIN, "f", Some(id.into()), entry)).unwrap();
+        // What a publish returns is the item's cursor in the modification order, as a pull
+        // of it gives it, whether it is alone at its millisecond or shares it.
+        let req = PullRequest { node: "f?order=modified".into(), ids: vec![id.into()], ..Default::default() };
+        let page = self.rt.block_on(self.svc.pull(ADMIN, req)).unwrap();
+        assert_eq!(page.cursors.first(), Some(&done.cursor), "the cursor publishing {id} returned");
     }
 
     fn pull(&self, node: &str, max: u64, after: Option<String>, before: Option<String>, index: Option<u64>) -> Page {

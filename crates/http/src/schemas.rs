@@ -68,11 +68,12 @@ pub struct FeedLink {
     pub url: String,
 }
 
-/// A publish's answer: the item's id and its cursor in the created view.
+/// A publish's answer: the item's id and its bare cursor in the feed's `modified` order,
+/// where every change lands.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Published {
     pub id: String,
-    pub cursor: Option<String>,
+    pub cursor: String,
 }
 
 /// Every error: a condition named after XEP-0060's and a text for humans.

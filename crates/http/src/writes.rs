@@ -15,7 +15,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use feed::ports::Store;
-use feed::service::PullRequest;
 use feed::{Entry, FeedError};
 use minidom::{Element, Node};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
@@ -88,11 +87,8 @@ async fn publish<S: Store>(
     // Authorised before the body is looked at, as over XMPP.
     let target = st.svc.publish_target(actor.as_str(), feed).await.map_err(err)?;
     let entry = read_entry(st, headers, body).await?;
-    let item = st.svc.publish_to(target, id, entry).await.map_err(err)?;
-    let req = PullRequest { node: format!("{feed}?order=modified"), ids: vec![item.id.clone()], ..Default::default() };
-    let page = st.svc.pull(actor.as_str(), req).await.map_err(err)?;
-    let cursor = page.cursors.first().map(|c| c.to_string());
-    Ok(Published { id: item.id, cursor })
+    let done = st.svc.publish_to(target, id, entry).await.map_err(err)?;
+    Ok(Published { id: done.item.id, cursor: done.cursor.to_string() })
 }
 
 /// `PUT BASE/feeds/FEED/items/ID`.

@@ -19,7 +19,7 @@ pub use fanout::{Bounce, Recipients};
 pub use import::{Imported, Incoming, IncomingChange};
 pub use source_status::{SourceBoard, SourceStatus};
 
-pub use publish::Target;
+pub use publish::{Published, Target};
 pub use pull::{FeedSummary, NodeInfo, PullRequest};
 pub use subscriptions::LastPublished;
 pub use websub::{CallbackSubscription, Housekeeping};

@@ -2,11 +2,13 @@
 //! store-independent intents of [`crate::intents`]; this adds the checks around them.
 
 use super::{Service, no_feed};
+use crate::cursor::Cursor;
 use crate::error::FeedError;
 use crate::item::{Entry, Item};
-use crate::node::NodeName;
+use crate::node::{Filter, NodeName, OrderBy};
+use crate::paging::cursor_of;
 use crate::policy::Action;
-use crate::ports::Store;
+use crate::ports::{Scope, Store};
 
 /// The longest item id accepted.
 pub const MAX_ITEM_ID: usize = 256;
@@ -23,6 +25,15 @@ impl Target {
     pub fn feed(&self) -> &str {
         &self.feed
     }
+}
+
+/// A publish once durable: the item as stored, and its cursor in the feed's modification
+/// order (`FEED?order=modified`), where a new version is always the newest; the HTTP face
+/// answers it, so a publisher can pull from there without reading the item again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Published {
+    pub item: Item,
+    pub cursor: Cursor,
 }
 
 impl<S: Store> Service<S> {
@@ -47,8 +58,9 @@ impl<S: Store> Service<S> {
         Ok(Target { feed: name.feed, create })
     }
 
-    /// Publishes a new item or updates an existing one; returns it once durable.
-    pub async fn publish_to(&self, target: Target, id: Option<String>, entry: Entry) -> Result<Item, FeedError> {
+    /// Publishes a new item or updates an existing one; returns it and its cursor once
+    /// durable.
+    pub async fn publish_to(&self, target: Target, id: Option<String>, entry: Entry) -> Result<Published, FeedError> {
         let limit = self.policy.limits.max_payload_bytes;
         if entry.xml.len() > limit {
             return Err(FeedError::PayloadTooBig { size: entry.xml.len(), limit });
@@ -69,14 +81,30 @@ impl<S: Store> Service<S> {
                     },
                     None => return Err(no_feed(&target.feed)),
                 };
-                tx.publish(&mut feed, id, entry, now, order)
+                let newest_before = feed.last_t;
+                let item = tx.publish(&mut feed, id, entry, now, order)?;
+                // Alone at its millisecond (the usual case), the cursor needs no read; else
+                // the items that share it are read in the same transaction.
+                let cursor = if item.modified.t > newest_before {
+                    Cursor::of(item.modified.t, [item.id.as_str()])
+                } else {
+                    let scope = Scope { feed: feed.id, by: OrderBy::Modified, filter: &Filter::default() };
+                    cursor_of(tx, scope, item.modified)?
+                };
+                Ok(Published { item, cursor })
             })
             .await
     }
 
     /// [`publish_target`](Self::publish_target), then [`publish_to`](Self::publish_to):
     /// for callers that hold a parsed entry already.
-    pub async fn publish(&self, actor: &str, node: &str, id: Option<String>, entry: Entry) -> Result<Item, FeedError> {
+    pub async fn publish(
+        &self,
+        actor: &str,
+        node: &str,
+        id: Option<String>,
+        entry: Entry,
+    ) -> Result<Published, FeedError> {
         let target = self.publish_target(actor, node).await?;
         self.publish_to(target, id, entry).await
     }

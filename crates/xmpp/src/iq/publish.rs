@@ -31,7 +31,7 @@ impl Publish {
     pub async fn apply<S: Store>(self, ctx: &Ctx<'_, S>) -> Result<Option<Element>, StanzaError> {
         let target = ctx.svc.publish_target(&ctx.actor, &self.node).await.map_err(fail)?;
         let entry = self.item.entry().map_err(|e| fail(FeedError::InvalidPayload(e.to_string())))?;
-        let item = ctx.svc.publish_to(target, self.item.id, entry).await.map_err(fail)?;
+        let item = ctx.svc.publish_to(target, self.item.id, entry).await.map_err(fail)?.item;
         Ok(Some(publish_result(&self.node, &item.id).into()))
     }
 }
