@@ -15,8 +15,9 @@
 //! - [`atom`]: an Atom entry as both faces take it (checked, fields the core filters on).
 //! - [`ports`]: the traits stores implement; [`service`]: what every face calls.
 //! - [`error`]: the closed set of outcomes, named after XEP-0060's conditions.
-//! - [`caches`]: what a face makes of an item version, made once, and answers kept by generation; [`generations`]: each
-//!   feed's change generation, which validates a face's kept answers.
+//! - [`caches`]: what a face makes of an item version, made once, and answers kept by
+//!   generation; [`generations`]: each feed's change generation, which validates a face's
+//!   kept answers.
 
 pub mod admission;
 pub mod atom;

@@ -4,16 +4,24 @@
 //! `Policy::may` (a bearer token acts as its configured JID), and held requests are woken
 //! by the same change stream that feeds XMPP pushes.
 //!
-//! Files: `connections` (how connections are taken: their cap and timeouts, the head's
-//! bounds), `client_addr` (a client's address behind trusted proxies), `bounds` (what a request's path and body must keep to), `actor` (who a request is), `schemas` (the JSON bodies, typed, which the OpenAPI description is made from), `asked` (what a handler takes from a request), `auth` (tokens → actor), `query` (the feed URL's parameters), `formats` (JSON,
-//! Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1), `resolve` (a request's view, its URLs and common headers), `pull` (pull and long-poll), `wakeups` (the wake-up registry of held requests), `held_places` (the bound on held requests), `later` (answers given
-//! after the layers are done: held long-polls),
-//! `single_flight` (one read shared by many waiters), `generations` (each feed's change
-//! generation), `answer_cache` (ETags from it, hot answers as bytes), `rendered` (an item's
-//! forms, made once per version), `cors` (cross-origin reads of open
-//! feeds), `sse` (event streams), `archive` (RFC 5005 documents), `writes` (PUT, POST,
-//! DELETE), `html_page` (the page at `BASE/`, a feed reader; `reader` renders it), `errors` (the one error type), `openapi` (the
-//! OpenAPI description, generated from the handlers).
+//! Files:
+//! - `connections`: how connections are taken (their cap and timeouts, the head's bounds);
+//!   `client_addr`: a client's address behind trusted proxies; `bounds`: what a request's
+//!   path and body must keep to;
+//! - `actor` (who a request is), `auth` (tokens → actor), `asked` (what a handler takes from
+//!   a request), `query` (the feed URL's parameters), `resolve` (a request's view, its URLs
+//!   and common headers);
+//! - `schemas`: the JSON bodies, typed, which the OpenAPI description is made from;
+//!   `formats` (JSON, Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1);
+//! - `pull` (pull and long-poll), `wakeups` (the wake-up registry of held requests),
+//!   `held_places` (the bound on held requests), `later` (answers given after the layers are
+//!   done: held long-polls), `single_flight` (one read shared by many waiters);
+//! - `generations` (each feed's change generation), `answer_cache` (ETags from it, hot
+//!   answers as bytes), `rendered` (an item's forms, made once per version);
+//! - `cors` (cross-origin reads of open feeds), `sse` (event streams), `archive` (RFC 5005
+//!   documents), `writes` (PUT, POST, DELETE), `html_page` (the page at `BASE/`, a feed
+//!   reader; `reader` renders it), `errors` (the one error type), `openapi` (the OpenAPI
+//!   description, generated from the handlers).
 //!
 //! [`hub`], the WebSub hub, lives beside the face: it uses the face's modules (errors,
 //! queries, formats), never the reverse; the wiring mounts its routes through

@@ -1,6 +1,6 @@
 //! The OpenAPI 3.1 description of the HTTP face, served at `BASE/openapi.json`. It is
 //! generated (utoipa) from the handlers' own annotations and from the very types they
-//! answer with ([`crate::answers`]), so it describes what the code does.
+//! answer with ([`crate::schemas`]), so it describes what the code does.
 
 use crate::schemas::{
     AuthorJson, ErrorJson, FeedLink, FeedList, Health, HubForm, HubMode, ItemJson, JsonFeed, JsonFeedAuthor,

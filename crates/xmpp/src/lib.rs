@@ -11,9 +11,9 @@
 //! payload, XEP-0131 SHIM headers, pubsub#errors conditions) and the Atom entry inspection
 //! that turns a publish `<item>` into a [`feed::Entry`]. [`stanza_parts`] is how replies and
 //! pushes are written: xso's items with stored XML spliced in as it is; [`reply`] is what
-//! the router answers with; [`ready_pages`] makes pages of items written once per item version
-//! and keeps the bodies most asked for, by the feed's generation. [`multicast`] sends one push to many subscribers through the
-//! server's XEP-0033 service.
+//! the router answers with; [`ready_pages`] makes pages of items written once per item
+//! version and keeps the bodies most asked for, by the feed's generation. [`multicast`]
+//! sends one push to many subscribers through the server's XEP-0033 service.
 
 pub mod adhoc;
 pub mod bounce;
