@@ -42,7 +42,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let observer: feed::ports::CommitObserver = Box::new(move |batch, took| m.commit(batch, took));
     // The store's one change sink feeds every face: XMPP pushes, and HTTP wake-ups when
     // the HTTP face runs. Each hands changes over without waiting.
-    let wakeups = http::wakeups::Wakeups::new();
+    let wakeups = http::serving::Wakeups::new();
     let hub = http::hub::Registry::new();
     // Every commit of a SQLite store is this process's: feeds' generations are kept in
     // memory. On PostgreSQL other instances commit too: they are read from the store.
@@ -127,7 +127,7 @@ struct Changes {
     rx: mpsc::Receiver<ToPush>,
     weak: mpsc::WeakSender<ToPush>,
     /// The HTTP face's long-poll and event-stream wake-ups, and their feed when it runs.
-    wakeups: Arc<http::wakeups::Wakeups>,
+    wakeups: Arc<http::serving::Wakeups>,
     wake_rx: Option<mpsc::Receiver<Change>>,
     /// The WebSub hub's subscriptions, woken by the same changes.
     hub: Arc<http::hub::Registry>,
@@ -259,7 +259,7 @@ fn start_sources<S: Store>(
 
 /// What the HTTP face and the WebSub hub are woken by, and whom pings go to.
 struct HttpParts {
-    wakeups: Arc<http::wakeups::Wakeups>,
+    wakeups: Arc<http::serving::Wakeups>,
     wake_rx: mpsc::Receiver<Change>,
     hub: Arc<http::hub::Registry>,
     share: Option<watch::Receiver<feed::ports::Share>>,
@@ -281,14 +281,14 @@ async fn start_http<S: Store>(
     let listener =
         tokio::net::TcpListener::bind(http.listen).await.with_context(|| format!("http.listen {}", http.listen))?;
     let settings = config.http_settings(http);
-    let limits = http::connections::ConnectionLimits {
+    let limits = http::serving::ConnectionLimits {
         max_connections: connection_cap(http.max_connections, files),
         header_timeout: std::time::Duration::from_secs(http.header_timeout),
     };
     // The configured bound, below the places the open-file limit leaves.
     let max_held = http
         .max_held
-        .unwrap_or_else(|| http::held_places::default_max_held(limits.max_connections))
+        .unwrap_or_else(|| http::serving::default_max_held(limits.max_connections))
         .min(limits.max_connections.saturating_sub(1));
     tracing::info!(addr = %http.listen, base = %settings.base, open_files = ?files, max_connections = limits.max_connections, max_held, "HTTP face listening");
     tokio::spawn(wakeups.clone().run(wake_rx));
@@ -321,15 +321,18 @@ async fn start_http<S: Store>(
         tokens: http::auth::Tokens::new(
             http.tokens.iter().map(|t| (t.token.clone(), crate::config::canonical_jid(&t.jid))),
         ),
-        wakeups,
-        held: http::held_places::HeldPlaces::new(max_held),
+        holds: http::serving::Holds::new(
+            wakeups,
+            http::serving::HeldPlaces::new(max_held),
+            requests.signal(),
+            metrics.clone(),
+        ),
         flights: Default::default(),
         events: Default::default(),
         generations,
         answers: Default::default(),
         renders: Default::default(),
         metrics: metrics.clone(),
-        closing: requests.signal(),
     });
     let (mut stop, done) = (requests.signal(), requests.token());
     tokio::spawn(async move {

@@ -163,6 +163,17 @@ async fn metrics_show_held_long_polls_and_count_routes() {
     let doc: Value = answer.json().await.expect("a JSON page");
     assert_eq!(doc["items"][0]["id"], "m2", "{doc}");
     assert_eq!(metric(&scrape(), pulls), counted + 1.0, "the answered long-poll is counted");
+    // One that ends at its deadline with the client's copy current is counted as the 304 it
+    // ends with (what the layers saw of it was a stand-in).
+    let not_modified = "smartfeeds_http_requests_total{route=\"/feeds/{feed}/\",status=\"304\"}";
+    let (counted, counted_304) = (metric(&scrape(), pulls), metric(&scrape(), not_modified));
+    let empty = client.get(url("/feeds/rated/?order=created&since=id:m2&timeout=0")).bearer_auth(ADMIN).send().await;
+    let etag = empty.unwrap().headers()["etag"].clone();
+    let poll = client.get(url("/feeds/rated/?order=created&since=id:m2&timeout=1")).header("if-none-match", etag);
+    let answer = poll.bearer_auth(ADMIN).send().await.expect("the long-poll's answer");
+    assert_eq!(answer.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(metric(&scrape(), not_modified), counted_304 + 1.0, "the held long-poll counted as its 304");
+    assert_eq!(metric(&scrape(), pulls), counted + 1.0, "the empty page before it, and nothing more");
     let text = scrape();
     assert!(
         metric(&text, "smartfeeds_http_requests_total{route=\"/feeds/{feed}/items/{id}\",status=\"200\"}") >= 1.0,

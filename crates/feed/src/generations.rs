@@ -22,7 +22,7 @@
 //! have been).
 
 use crate::ports::{ChangeSink, Store};
-use crate::service::Service;
+use crate::service::{Readable, Service};
 use crate::{Change, FeedError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -61,17 +61,16 @@ impl Generations {
         }
     }
 
-    /// The generation of the feed of `node`, as `actor` may read it: refused (and the feed
-    /// unknown) exactly as a pull of `node` would be.
-    pub async fn get<S: Store>(&self, svc: &Service<S>, actor: &str, node: &str, feed: &str) -> Result<i64, FeedError> {
-        if let Some(local) = &self.local {
-            // The policy is asked on every request, also when the generation is known.
-            svc.may(actor, crate::Action::Read, feed)?;
-            if let Some(&g) = local.lock().unwrap_or_else(PoisonError::into_inner).get(feed) {
-                return Ok(g);
-            }
+    /// The generation of `view`'s feed (unknown to the store: refused as a pull would be).
+    /// The policy was asked when `view` was made.
+    pub async fn get<S: Store>(&self, svc: &Service<S>, view: &Readable) -> Result<i64, FeedError> {
+        let feed = &view.view().feed;
+        if let Some(local) = &self.local
+            && let Some(&g) = local.lock().unwrap_or_else(PoisonError::into_inner).get(feed)
+        {
+            return Ok(g);
         }
-        let g = svc.generation(actor, node).await?;
+        let g = svc.generation(view).await?;
         if let Some(local) = &self.local {
             // A change committed while the row was read has already raised it further: keep
             // the greater.

@@ -17,7 +17,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use feed::ports::Store;
-use feed::service::PullRequest;
+use feed::service::{PullRequest, Readable};
 use std::sync::Arc;
 
 /// `GET BASE/feeds/FEED/archive/`.
@@ -75,9 +75,9 @@ async fn document<S: Store>(
 ) -> Result<Response, ApiError> {
     let err = |e| ApiError::from_feed(e, actor);
     let (_, name) = FeedQuery::default().node(feed)?;
-    let node = format!("{}?order=created", name.feed);
+    let view = st.svc.readable_node(actor.as_str(), &format!("{}?order=created", name.feed)).map_err(err)?;
     let key = format!("archive\n{feed}\n{k:?}\n{format:?}");
-    let generation = st.generations.get(&st.svc, actor.as_str(), &node, &name.feed).await.map_err(err)?;
+    let generation = st.generations.get(&st.svc, &view).await.map_err(err)?;
     let base = format!("{}archive/", feed_base(&st.settings.base, feed));
     let this = match k {
         Some(k) => format!("{base}{k}"),
@@ -86,7 +86,7 @@ async fn document<S: Store>(
     let answer = match st.answers.get(&key, generation) {
         Some(a) => a,
         None => {
-            let (body, archived) = make(st, actor, feed, node, k, (&base, &this)).await?;
+            let (body, archived) = make(st, (actor, &view), feed, k, (&base, &this)).await?;
             let made = Made { content_type: format.content_type(), body: body(format), empty: false, archived };
             st.answers.put(key, generation, made)
         }
@@ -105,23 +105,22 @@ async fn document<S: Store>(
 /// the format to the body, and whether the document is archived (full).
 async fn make<S: Store>(
     st: &Arc<HttpState<S>>,
-    actor: &Actor,
+    (actor, view): (&Actor, &Readable),
     feed: &str,
-    node: String,
     k: Option<u64>,
     (base, this): (&str, &str),
 ) -> Result<(impl FnOnce(Format) -> String, bool), ApiError> {
     let err = |e| ApiError::from_feed(e, actor);
-    let count_req = PullRequest { node: node.clone(), max: Some(0), ..Default::default() };
-    let n = st.svc.pull(actor.as_str(), count_req).await.map_err(err)?.count;
+    let count_req = PullRequest { max: Some(0), ..Default::default() };
+    let n = st.svc.pull_view(view, count_req).await.map_err(err)?.count;
     let per = st.settings.archive_page;
     let newest = n.div_ceil(per).max(1);
     let k_doc = k.unwrap_or(newest);
     if k_doc > newest {
         return Err(ApiError::not_found(format!("archive document {k_doc} is past the last ({newest})")));
     }
-    let req = PullRequest { node, max: Some(per), index: Some((k_doc - 1) * per), ..Default::default() };
-    let mut page = st.svc.pull(actor.as_str(), req).await.map_err(err)?;
+    let req = PullRequest { max: Some(per), index: Some((k_doc - 1) * per), ..Default::default() };
+    let mut page = st.svc.pull_view(view, req).await.map_err(err)?;
     page.items.reverse();
     page.cursors.reverse();
     let items = st.renders.all(feed, &page.items);

@@ -3,7 +3,7 @@
 //! a byte of it is read (so a client waiting on `Expect: 100-continue` is never invited to
 //! send it); path segments that decode strictly to UTF-8 without control characters and are
 //! not `.` or `..`; and bodies read within a size and a time. The HTTP stack (hyper, see
-//! [`connections`](super::connections)) has already bounded the head and refused odd framing.
+//! [`serving`](super::serving)) has already bounded the head and refused odd framing.
 
 use super::errors::{ApiError, quote};
 use axum::body::{Body, Bytes};

@@ -69,19 +69,18 @@ async fn read<'a, S: Store>(
     choice: &Choice,
     feed: &'a str,
 ) -> Result<Shelf<'a>, ApiError> {
-    let r = view(st, choice, feed)?;
-    let desc = r.view.order.descending;
+    let r = view(st, actor, choice, feed)?;
+    let desc = r.view.view().order.descending;
     let before = choice.before.as_deref().map(cursor).transpose()?;
     // Older is further on in a newest-first view, and before the page in an oldest-first
     // one (whose newest items are its last page).
-    let mut req =
-        PullRequest { node: r.node.clone(), max: Some(st.svc.page_size(Some(PAGE_ITEMS))), ..Default::default() };
+    let mut req = PullRequest { max: Some(st.svc.page_size(Some(PAGE_ITEMS))), ..Default::default() };
     if desc {
         req.after = before.clone();
     } else {
         req.before = Some(before.clone().unwrap_or_default());
     }
-    let page: Page = st.svc.pull(actor.as_str(), req).await.map_err(|e| ApiError::from_feed(e, actor))?;
+    let page: Page = st.svc.pull_view(&r.view, req).await.map_err(|e| ApiError::from_feed(e, actor))?;
     let shown = page.items.len() as u64;
     let (older, newest_shown) = match page.first_index {
         Some(first) if desc => {
@@ -104,7 +103,7 @@ async fn read<'a, S: Store>(
     Ok(Shelf {
         feed,
         title,
-        order: r.view.order,
+        order: r.view.view().order,
         follow: Follow::new(&r.url, &st.settings.hub(), &st.settings.component_jid, &r.node),
         page,
         older,
@@ -114,9 +113,9 @@ async fn read<'a, S: Store>(
 }
 
 /// The view `choice` names in `feed`, resolved as a feed URL's query would be.
-fn view<S: Store>(st: &HttpState<S>, choice: &Choice, feed: &str) -> Result<Resolved, ApiError> {
+fn view<S: Store>(st: &HttpState<S>, actor: &Actor, choice: &Choice, feed: &str) -> Result<Resolved, ApiError> {
     let q = FeedQuery { view: choice.view_params(), ..FeedQuery::default() };
-    resolve(&st.svc, &st.settings.base, feed, &q)
+    resolve(&st.svc, actor, &st.settings.base, feed, &q)
 }
 
 /// `before`'s bare cursor as a position spec.
@@ -137,9 +136,9 @@ async fn one_item<S: Store>(
     nonce: &str,
 ) -> Response {
     let read = async {
-        let r = view(st, choice, feed)?;
-        let req = PullRequest { node: r.node, ids: vec![id.to_string()], ..Default::default() };
-        st.svc.pull(actor.as_str(), req).await.map_err(|e| ApiError::from_feed(e, actor))
+        let r = view(st, actor, choice, feed)?;
+        let req = PullRequest { ids: vec![id.to_string()], ..Default::default() };
+        st.svc.pull_view(&r.view, req).await.map_err(|e| ApiError::from_feed(e, actor))
     };
     match read.await {
         Ok(page) => match page.items.first().zip(page.cursors.first()) {

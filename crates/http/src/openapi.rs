@@ -22,7 +22,7 @@ use utoipa::{Modify, OpenApi};
         license(name = "MIT")
     ),
     paths(
-        crate::health,
+        crate::router::health,
         crate::pull::list,
         crate::pull::feed,
         crate::pull::item,

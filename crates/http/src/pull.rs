@@ -7,15 +7,14 @@ use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
 use super::formats::{Doc, Format, jsonp};
-use super::held_places::Place;
 use super::query::FeedQuery;
 use super::resolve::{SEGMENT, common_headers, feed_base, resolve};
 use super::schemas::{
     ErrorJson, FeedLink, FeedList, FeedPath, ItemJson, ItemPath, JsonFeed, JsonFeedItem, NotModified, PageJson,
     PullParams, Refusals,
 };
-use super::wakeups::Held;
-use super::{HttpState, St, json_feed, later, sse};
+use super::serving::AskAgain;
+use super::{HttpState, St, json_feed, sse};
 use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -23,7 +22,8 @@ use axum::response::{IntoResponse, Response};
 use feed::FeedError;
 use feed::paging::Page;
 use feed::ports::Store;
-use feed::service::PullRequest;
+use feed::service::{PullRequest, Readable};
+use futures::future::BoxFuture;
 use percent_encoding::utf8_percent_encode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,9 +34,6 @@ pub const PULL_PARAMS: &[&str] =
     &["order", "author", "category", "since", "until", "max", "timeout", "callback", "format"];
 /// The default long-poll, seconds (SPEC §9).
 const DEFAULT_TIMEOUT: u64 = 55;
-/// How long past its deadline a held long-poll's last read may take before it is given up
-/// as stuck (503), as the timeout layer does for other requests.
-const STUCK: Duration = Duration::from_secs(30);
 
 fn accept(headers: &HeaderMap) -> &str {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("")
@@ -61,7 +58,7 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
     let Asked { actor, path: feed, query, headers } = asked;
     let q = FeedQuery::parse(query.as_deref(), PULL_PARAMS)?;
     drop(query);
-    let r = resolve(&st.svc, &st.settings.base, &feed, &q)?;
+    let r = resolve(&st.svc, &actor, &st.settings.base, &feed, &q)?;
     if accept(&headers).contains("text/event-stream") {
         let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_string);
         return Box::pin(sse::stream(st, actor, &feed, q, r, last_event_id)).await;
@@ -70,12 +67,12 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
     let format = q.format.unwrap_or_else(|| Format::from_accept(accept(&headers), Format::Json));
     let timeout = q.timeout.unwrap_or(DEFAULT_TIMEOUT).min(st.settings.max_timeout);
     // Whether an empty answer is held (SPEC §9, long-poll) rather than sent.
-    let holds = !r.view.order.descending && q.until.is_none() && max > 0 && timeout > 0;
+    let holds = !r.view.view().order.descending && q.until.is_none() && max > 0 && timeout > 0;
     let key = format!("page\n{}\n{:?}\n{:?}\n{max}\n{format:?}\n{:?}", r.url, q.since, q.until, q.callback);
     // Only the validators are read from here on: the rest is not kept while the request is held.
     let asking = Asking { feed, url: r.url, key, max, format, callback: q.callback, validators: validators(headers) };
     let err = |e| ApiError::from_feed(e, &actor);
-    let generation = Box::pin(st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed)).await.map_err(err)?;
+    let generation = Box::pin(st.generations.get(&st.svc, &r.view)).await.map_err(err)?;
     match st.answers.get(&asking.key, generation) {
         // A kept empty answer of a request that holds: the request waits like any other.
         Some(a) if !(holds && a.empty) => return Ok(asking.respond(&st, &a)),
@@ -89,21 +86,21 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
     }
     let req = PullRequest { node: r.node, max: Some(max), after: q.since, before: q.until, ..PullRequest::default() };
     if !holds {
-        let page = Box::pin(st.svc.pull(actor.as_str(), req)).await.map_err(err)?;
+        let page = Box::pin(st.svc.pull_view(&r.view, req)).await.map_err(err)?;
         return Ok(asking.answer(&st, &(generation, page)));
     }
     // Registered before the first read, so a change committed after it is seen.
-    let held = st.wakeups.hold(r.view);
+    let watch = st.holds.watch(r.view.view().clone());
     // A request that may be held reads as a long-poll from the start: requests asked again
     // after the same change (re-armed long-polls) share that first read too. Its tag is the
     // generation the view's counter had when it was registered.
-    let read = Box::pin(shared_read(&st, &actor, &req, &held.view().feed, held.generation())).await.map_err(err)?;
+    let read = Box::pin(shared_read(&st, &r.view, &actor, &req, watch.generation())).await.map_err(err)?;
     if !read.1.items.is_empty() {
         return Ok(asking.answer(&st, &read));
     }
-    let place = st.held.take().ok_or_else(ApiError::held_full)?;
     let deadline = Instant::now() + Duration::from_secs(timeout);
-    Ok(later::later(long_poll(st, actor, req, (held, place), read, deadline, asking)))
+    let poll = LongPoll { st: st.clone(), view: r.view, actor, req, read, asking };
+    st.holds.hold(watch, deadline, poll).map_err(|_| ApiError::held_full())
 }
 
 /// What a page answer is made of besides the page; what a held long-poll keeps of its request.
@@ -203,62 +200,50 @@ fn render<S: Store>(
 /// the feed's generation read just before the page, and the page.
 pub(crate) async fn shared_read<S: Store>(
     st: &Arc<HttpState<S>>,
+    view: &Readable,
     actor: &Actor,
     req: &PullRequest,
-    feed: &str,
     generation: u64,
 ) -> Result<Arc<(i64, Page)>, FeedError> {
     let read = {
-        let (st, who, asked, feed) = (st.clone(), actor.as_str().to_string(), req.clone(), feed.to_string());
+        let (st, view, asked) = (st.clone(), view.clone(), req.clone());
         || async move {
-            let g = st.generations.get(&st.svc, &who, &asked.node, &feed).await?;
-            Ok(Arc::new((g, st.svc.pull(&who, asked).await?)))
+            let g = st.generations.get(&st.svc, &view).await?;
+            Ok(Arc::new((g, st.svc.pull_view(&view, asked).await?)))
         }
     };
     st.flights.get((actor.as_str().to_string(), req.clone()), generation, read).await
 }
 
-/// Holds a long-poll whose page was empty until an item enters the view or `deadline`
-/// passes, re-reading the view after each wake-up (SPEC §9, long-poll); then answers the
+/// A long-poll whose page was empty, held until an item enters the view or its deadline
+/// passes (SPEC §9, long-poll): it re-reads the view after each wake-up and answers the
 /// last page read, as shared by every request woken with it (not copied: most find their
-/// answer made already). What it keeps while it waits is all a held long-poll costs (see
-/// [`later`]).
-#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
-fn long_poll<S: Store>(
+/// answer made already). What it keeps is all a held long-poll costs besides its wait.
+struct LongPoll<S: Store> {
     st: Arc<HttpState<S>>,
+    view: Readable,
     actor: Actor,
     req: PullRequest,
-    (mut held, place): (Held, Place),
-    mut read: Arc<(i64, Page)>,
-    deadline: Instant,
+    read: Arc<(i64, Page)>,
     asking: Asking,
-) -> impl Future<Output = Response> + Send + use<S> {
-    // A block, not an `async fn`: its captures are kept once, where an `async fn` keeps its
-    // arguments twice (they are moved into locals), and this is what a held long-poll costs.
-    async move {
-        let _held = (st.metrics.held("longpoll"), place);
-        let mut until = std::pin::pin!(tokio::time::sleep_until(deadline));
-        // A stop wakes every held request (see `serve`); one that registered after sees it here.
-        while !st.is_closing() {
-            let generation = tokio::select! {
-                generation = held.changed() => generation,
-                () = &mut until => break,
-            };
-            if st.is_closing() {
-                break;
+}
+
+impl<S: Store> AskAgain for LongPoll<S> {
+    fn ask(&mut self, generation: u64) -> BoxFuture<'_, Option<Response>> {
+        Box::pin(async move {
+            match shared_read(&self.st, &self.view, &self.actor, &self.req, generation).await {
+                Ok(read) if read.1.items.is_empty() => {
+                    self.read = read;
+                    None
+                }
+                Ok(read) => Some(self.asking.answer(&self.st, &read)),
+                Err(e) => Some(ApiError::from_feed(e, &self.actor).into_response()),
             }
-            // Bounded as the timeout layer bounds a request: only a stuck read runs into it.
-            let next = shared_read(&st, &actor, &req, &held.view().feed, generation);
-            match Box::pin(tokio::time::timeout_at(deadline + STUCK, next)).await {
-                Ok(Ok(next)) => read = next,
-                Ok(Err(e)) => return ApiError::from_feed(e, &actor).into_response(),
-                Err(_) => return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response(),
-            }
-            if !read.1.items.is_empty() {
-                break;
-            }
-        }
-        asking.answer(&st, &read)
+        })
+    }
+
+    fn last(self: Box<Self>) -> Response {
+        self.asking.answer(&self.st, &self.read)
     }
 }
 
@@ -278,17 +263,17 @@ fn long_poll<S: Store>(
 pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) -> Result<Response, ApiError> {
     let Asked { actor, path: (feed, id), query, headers } = asked;
     let q = FeedQuery::parse(query.as_deref(), &["callback"])?;
-    let r = resolve(&st.svc, &st.settings.base, &feed, &FeedQuery::default())?;
+    let r = resolve(&st.svc, &actor, &st.settings.base, &feed, &FeedQuery::default())?;
     let format = Format::from_accept(accept(&headers), Format::Json);
     let url = format!("{}items/{}", feed_base(&st.settings.base, &feed), utf8_percent_encode(&id, SEGMENT));
     let key = format!("item\n{url}\n{format:?}\n{:?}", q.callback);
     let err = |e| ApiError::from_feed(e, &actor);
-    let generation = Box::pin(st.generations.get(&st.svc, actor.as_str(), &r.node, &r.view.feed)).await.map_err(err)?;
+    let generation = Box::pin(st.generations.get(&st.svc, &r.view)).await.map_err(err)?;
     let answer = match st.answers.get(&key, generation) {
         Some(a) => a,
         None => {
-            let req = PullRequest { node: r.node, ids: vec![id.clone()], ..PullRequest::default() };
-            let page = st.svc.pull(actor.as_str(), req).await.map_err(err)?;
+            let req = PullRequest { ids: vec![id.clone()], ..PullRequest::default() };
+            let page = st.svc.pull_view(&r.view, req).await.map_err(err)?;
             let (Some(item), Some(cursor)) = (page.items.first(), page.cursors.first()) else {
                 return Err(ApiError::not_found(format!("no item {:?} in {:?}", quote(&id), quote(&feed))));
             };

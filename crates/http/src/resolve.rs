@@ -1,16 +1,17 @@
 //! A request's feed and view as the face resolves them, and what every answer about a view
 //! carries: its URLs, caching, `Link` and CORS headers (its ETag: [`crate::answer_cache`]).
 
-use super::HttpState;
 use super::errors::{ApiError, quote};
 use super::query::FeedQuery;
+use crate::auth::Actor;
+use crate::state::HttpState;
 use axum::extract::rejection::PathRejection;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
+use feed::NodeName;
 use feed::policy::Access;
 use feed::ports::Store;
-use feed::service::Service;
-use feed::{NodeName, View};
+use feed::service::{Readable, Service};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// What a path segment keeps unencoded.
@@ -25,17 +26,26 @@ pub fn path_error(e: PathRejection) -> ApiError {
     ApiError::bad_request(format!("bad path: {}", quote(&e.body_text())))
 }
 
-/// A view as the face resolves it: its node name, the view and its feed URL.
+/// A view as the face resolves it: its node name, the view as its requester may read it,
+/// and its feed URL.
 pub struct Resolved {
     pub node: String,
-    pub view: View,
+    pub view: Readable,
     pub url: String,
 }
 
-/// Resolves the feed and view parameters of a request; `base` is the public prefix.
-pub fn resolve<S: Store>(svc: &Service<S>, base: &str, feed: &str, q: &FeedQuery) -> Result<Resolved, ApiError> {
+/// Resolves the feed and view parameters of a request by `actor`, who must be allowed to
+/// read the view (the one question to the policy for the request); `base` is the public
+/// prefix.
+pub fn resolve<S: Store>(
+    svc: &Service<S>,
+    actor: &Actor,
+    base: &str,
+    feed: &str,
+    q: &FeedQuery,
+) -> Result<Resolved, ApiError> {
     let (node, name): (String, NodeName) = q.node(feed)?;
-    let view = svc.resolve(name);
+    let view = svc.readable(actor.as_str(), name).map_err(|e| ApiError::from_feed(e, actor))?;
     let url = format!("{}{}", feed_base(base, feed), q.view_query());
     Ok(Resolved { node, view, url })
 }

@@ -4,20 +4,19 @@
 //! the stream reads the view's ascending twin from its last cursor after every wake-up: a
 //! client that reconnects with the last id it saw misses nothing and sees nothing twice.
 
-use super::HttpState;
 use super::auth::Actor;
 use super::errors::ApiError;
-use super::held_places::Place;
 use super::pull::shared_read;
 use super::query::FeedQuery;
 use super::resolve::{Resolved, common_headers};
-use super::wakeups::Held;
+use super::serving::{Place, Watch};
+use crate::state::HttpState;
 use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::Bytes;
 use feed::ports::Store;
-use feed::service::PullRequest;
+use feed::service::{PullRequest, Readable};
 use feed::{FeedError, Position};
 use futures::StreamExt;
 use metrics::HeldGuard;
@@ -43,16 +42,16 @@ pub struct Events {
 
 /// Reads of streams shared by the streams at the same place: by actor and view (one string
 /// per stream, made once) and position, for a wake-up generation (see
-/// [`crate::single_flight`]). Keys are shared strings, so ten thousand streams woken at once
+/// [`crate::serving::single_flight`]). Keys are shared strings, so ten thousand streams woken at once
 /// copy none.
-pub type EventFlights = super::single_flight::SingleFlight<(Arc<str>, Option<Arc<str>>), u64, Arc<Events>, FeedError>;
+pub type EventFlights =
+    super::serving::single_flight::SingleFlight<(Arc<str>, Option<Arc<str>>), u64, Arc<Events>, FeedError>;
 
 struct Streaming<S: Store> {
     st: Arc<HttpState<S>>,
-    actor: Actor,
-    /// The ascending twin of the view.
+    /// The ascending twin of the view, named and as read.
     node: String,
-    feed: String,
+    view: Readable,
     /// The actor and the node: the stream's part of its reads' key.
     asker: Arc<str>,
     /// The position after which to read next (`cursor:…`), or the start of the view.
@@ -60,7 +59,7 @@ struct Streaming<S: Store> {
     /// The wake-up generation of the view as of which the stream has every item: no need to
     /// read again before the next wake-up.
     caught_up: Option<u64>,
-    held: Held,
+    held: Watch,
     _metric: HeldGuard,
     _place: Place,
 }
@@ -77,9 +76,8 @@ pub async fn stream<S: Store>(
     if q.until.is_some() || q.callback.is_some() || q.max.is_some() {
         return Err(ApiError::bad_request("an event stream takes no until, max or callback"));
     }
-    let mut asc = r.view.clone();
-    asc.order.descending = false;
-    let node = asc.canonical();
+    let asc = r.view.ascending();
+    let node = asc.view().canonical();
     let start = match last_event_id.filter(|s| !s.is_empty()).or(q.since) {
         Some(p) => {
             Position::parse(&p).map_err(|e| ApiError::bad_request(format!("Last-Event-ID or since: {e}")))?;
@@ -89,38 +87,28 @@ pub async fn stream<S: Store>(
     };
     // Registered before the first read, so nothing committed from here on is missed. Streams
     // starting on the same view between two of its changes share these reads.
-    let place = st.held.take().ok_or_else(ApiError::held_full)?;
-    let held = st.wakeups.hold(asc);
+    let place = st.holds.place().map_err(|_| ApiError::held_full())?;
+    let held = st.holds.watch(asc.view().clone());
     let pos = match start {
         Some(p) => Some(p),
         None => {
             // From now: after the view's current last item.
             let req =
                 PullRequest { node: node.clone(), max: Some(1), before: Some(String::new()), ..Default::default() };
-            let read = shared_read(&st, &actor, &req, &r.view.feed, held.generation());
+            let read = shared_read(&st, &asc, &actor, &req, held.generation());
             let read = Box::pin(read).await.map_err(|e| ApiError::from_feed(e, &actor))?;
             read.1.last.as_ref().map(|c| format!("cursor:{c}"))
         }
     };
     // Checks access (and the position) before the stream starts.
     let probe = PullRequest { node: node.clone(), max: Some(0), after: pos.clone(), ..Default::default() };
-    let probe = shared_read(&st, &actor, &probe, &r.view.feed, held.generation());
+    let probe = shared_read(&st, &asc, &actor, &probe, held.generation());
     Box::pin(probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
     let _metric = st.metrics.held("stream");
     let asker = format!("{}\n{node}", actor.as_str()).into();
     let pos = pos.map(Arc::from);
-    let state = Streaming {
-        st: st.clone(),
-        actor,
-        node,
-        feed: r.view.feed.clone(),
-        asker,
-        pos,
-        caught_up: None,
-        held,
-        _metric,
-        _place: place,
-    };
+    let state =
+        Streaming { st: st.clone(), node, view: asc, asker, pos, caught_up: None, held, _metric, _place: place };
     let events = futures::stream::unfold(state, step).map(Ok::<_, Infallible>);
     let mut res = Response::new(Body::from_stream(events));
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -136,11 +124,11 @@ pub async fn stream<S: Store>(
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
 fn step<S: Store>(mut s: Streaming<S>) -> impl Future<Output = Option<(Bytes, Streaming<S>)>> + Send {
     // A block, not an `async fn`, which would keep the stream's state twice (see
-    // `pull::long_poll`) for as long as the stream waits.
+    // `serving::hold`) for as long as the stream waits.
     async move {
         let mut generation = s.held.generation();
         // A stop wakes every held request (see `serve`); one that registered after sees it here.
-        while !s.st.is_closing() {
+        while !s.st.holds.is_closing() {
             if s.caught_up != Some(generation)
                 && let Some(events) = read(&mut s, generation).await?
             {
@@ -161,14 +149,14 @@ fn step<S: Store>(mut s: Streaming<S>) -> impl Future<Output = Option<(Bytes, St
 async fn read<S: Store>(s: &mut Streaming<S>, generation: u64) -> Option<Option<Bytes>> {
     // What the read needs is copied only by the stream that starts it.
     let read = || {
-        let (st, actor, node, feed) = (s.st.clone(), s.actor.as_str().to_string(), s.node.clone(), s.feed.clone());
+        let (st, view) = (s.st.clone(), s.view.clone());
         let pos = s.pos.as_deref().map(str::to_string);
         async move {
-            let req = PullRequest { node, max: Some(BATCH), after: pos, ..Default::default() };
-            let page = st.svc.pull(&actor, req).await?;
+            let req = PullRequest { max: Some(BATCH), after: pos, ..Default::default() };
+            let page = st.svc.pull_view(&view, req).await?;
             let mut text = String::new();
             for (item, c) in page.items.iter().zip(&page.cursors) {
-                st.renders.of(&feed, item).event(&c.to_string(), &mut text);
+                st.renders.of(&view.view().feed, item).event(&c.to_string(), &mut text);
             }
             let all = (page.items.len() as u64) < BATCH;
             let next = page.cursors.last().map(|c| Arc::from(format!("cursor:{c}")));

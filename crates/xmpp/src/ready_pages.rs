@@ -26,7 +26,7 @@ use feed::caches::{ByGeneration, ByVersion, Weighed};
 use feed::generations::Generations;
 use feed::ports::Store;
 use feed::position::rfc3339;
-use feed::service::{PullRequest, Service};
+use feed::service::{PullRequest, Readable, Service};
 use feed::{FeedError, Item, Payload};
 use std::io;
 use std::sync::Arc;
@@ -188,16 +188,9 @@ impl Ready {
         Ready { items: ByVersion::new(ITEM_BYTES), pages, mam, generations }
     }
 
-    /// The generation of `feed`, the feed of `node`, refused as a pull of `node` by `actor`
-    /// would be.
-    pub async fn generation<S: Store>(
-        &self,
-        svc: &Service<S>,
-        actor: &str,
-        node: &str,
-        feed: &str,
-    ) -> Result<i64, FeedError> {
-        self.generations.get(svc, actor, node, feed).await
+    /// The generation of `view`'s feed.
+    pub async fn generation<S: Store>(&self, svc: &Service<S>, view: &Readable) -> Result<i64, FeedError> {
+        self.generations.get(svc, view).await
     }
 
     /// The body kept for `req` at `generation`, if any.

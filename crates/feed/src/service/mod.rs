@@ -20,7 +20,7 @@ pub use import::{Imported, Incoming, IncomingChange};
 pub use source_status::{SourceBoard, SourceStatus};
 
 pub use publish::{Published, Target};
-pub use pull::{FeedSummary, NodeInfo, PullRequest};
+pub use pull::{FeedSummary, NodeInfo, PullRequest, Readable};
 pub use subscriptions::LastPublished;
 pub use websub::{CallbackSubscription, Housekeeping};
 
@@ -114,6 +114,19 @@ impl<S: Store> Service<S> {
         let name = NodeName::parse(node)?;
         self.may(actor, action, &name.feed)?;
         Ok(self.resolve(name))
+    }
+
+    /// The view `name` means, which `actor` may read: the one check a face makes per
+    /// request before its reads of the view ([`Service::pull_view`],
+    /// [`Generations::get`](crate::generations::Generations::get)), which ask no more.
+    pub fn readable(&self, actor: &str, name: NodeName) -> Result<Readable, FeedError> {
+        self.may(actor, Action::Read, &name.feed)?;
+        Ok(Readable(self.resolve(name)))
+    }
+
+    /// [`readable`](Self::readable) for a node name as written.
+    pub fn readable_node(&self, actor: &str, node: &str) -> Result<Readable, FeedError> {
+        self.readable(actor, NodeName::parse(node)?)
     }
 
     /// The view a node name means: its feed's default order filled in where it gives none.

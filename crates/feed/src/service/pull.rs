@@ -35,6 +35,22 @@ pub struct PullRequest {
     pub to: Option<i64>,
 }
 
+/// A view the policy lets its requester read, made by [`Service::readable`] only: the reads
+/// that take one do not ask the policy again.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Readable(pub(super) View);
+
+impl Readable {
+    pub fn view(&self) -> &View {
+        &self.0
+    }
+
+    /// The view in ascending order (what an event stream reads), as readable as this one.
+    pub fn ascending(&self) -> Readable {
+        Readable(View { order: Order { descending: false, ..self.0.order }, ..self.0.clone() })
+    }
+}
+
 /// A node's meta-data for disco#info.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -95,7 +111,14 @@ fn newest_first(req: PageRequest) -> Result<PageRequest, FeedError> {
 impl<S: Store> Service<S> {
     /// Serves a pull: the page, the items named by id, or the most recent items.
     pub async fn pull(&self, actor: &str, req: PullRequest) -> Result<Page, FeedError> {
-        let mut view = self.view(actor, &req.node, Action::Read)?;
+        let view = self.readable_node(actor, &req.node)?;
+        self.pull_view(&view, req).await
+    }
+
+    /// [`pull`](Self::pull) of a view already checked: `req.node` is not read, `view` is
+    /// what it names.
+    pub async fn pull_view(&self, view: &Readable, req: PullRequest) -> Result<Page, FeedError> {
+        let mut view = view.0.clone();
         if let Some(by) = req.order_by {
             view.order.by = by;
         }
@@ -118,10 +141,10 @@ impl<S: Store> Service<S> {
     /// What a pull of `node` by `actor` depends on besides the request: the feed's change
     /// generation, the last modified seq it handed out. Every publish, update and
     /// retraction stamps a new one, so an answer about the feed can change only when this
-    /// does; reading it costs one feed row, no item. Refused as a pull would be.
-    pub async fn generation(&self, actor: &str, node: &str) -> Result<i64, FeedError> {
-        let view = self.view(actor, node, Action::Read)?;
-        self.store.read(move |tx| Ok(tx.feed(&view.feed)?.ok_or_else(|| no_feed(&view.feed))?.last_mseq)).await
+    /// does; reading it costs one feed row, no item.
+    pub async fn generation(&self, view: &Readable) -> Result<i64, FeedError> {
+        let feed = view.0.feed.clone();
+        self.store.read(move |tx| Ok(tx.feed(&feed)?.ok_or_else(|| no_feed(&feed))?.last_mseq)).await
     }
 
     /// Checks a pull's parameters against each other and the limits.

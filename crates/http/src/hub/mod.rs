@@ -41,7 +41,7 @@ pub mod source_callbacks;
 mod verify;
 
 use crate::hub::config::HubConfig;
-use crate::single_flight::SingleFlight;
+use crate::serving::single_flight::SingleFlight;
 use feed::FeedError;
 use feed::outbox::HubSubscription;
 use feed::ports::{Share, Store};

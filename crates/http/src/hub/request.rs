@@ -187,11 +187,11 @@ pub async fn post<S: Store>(
         return super::pings::answer(&body, hub.pinged.get());
     }
     let asked = read_form(&body, &hub.base, hub.config())?;
-    let r = resolve(&hub.svc, &hub.base, &asked.feed, &asked.query)?;
-    // The feed exists and the requester may read the view (a whitelist feed needs the
-    // token of an allowed JID): exactly what a pull of it would require.
-    let probe = PullRequest { node: r.node.clone(), max: Some(0), ..PullRequest::default() };
-    hub.svc.pull(actor.as_str(), probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+    // The requester may read the view (a whitelist feed needs the token of an allowed
+    // JID), and the feed exists: exactly what a pull of it would require.
+    let r = resolve(&hub.svc, &actor, &hub.base, &asked.feed, &asked.query)?;
+    let probe = PullRequest { max: Some(0), ..PullRequest::default() };
+    hub.svc.pull_view(&r.view, probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
     if let Err(refused) = hub.client.guard().check(&asked.callback).await {
         return Err(ApiError::bad_request(format!("hub.callback {refused}")));
     }
@@ -200,7 +200,7 @@ pub async fn post<S: Store>(
         mode,
         actor: actor.as_str().to_string(),
         feed,
-        view: r.view.canonical(),
+        view: r.view.view().canonical(),
         topic,
         callback,
         lease,

@@ -5,7 +5,7 @@
 //! `<first>` and `<last>`, so a MAM page and an items page of the view agree item for item
 //! and either's ids page the other. Whoever may not pull the view gets the pull's error.
 
-use super::pull::{feed_and_generation, paged, rsm_result};
+use super::pull::{paged, readable_and_generation, rsm_result};
 use super::{Answer, Ctx, fail};
 use crate::errors::{bad_request, internal, not_implemented};
 use crate::mam_page::MamPage;
@@ -51,13 +51,13 @@ impl Mam {
     /// The page: kept for the feed's generation, or read and made of ready items (and kept).
     pub async fn apply<S: Store>(self, ctx: &Ctx<'_, S>) -> Result<Answer, StanzaError> {
         let req = self.req;
-        let (feed, generation) = feed_and_generation(ctx, &req).await?;
+        let (view, generation) = readable_and_generation(ctx, &req.node).await?;
         if let Some(page) = ctx.ready.kept_mam(&req, generation) {
             return Ok(Answer::Mam { queryid: self.queryid, page });
         }
         let backwards = req.before.is_some() && req.after.is_none() && req.index.is_none();
-        let page = ctx.svc.pull(&ctx.actor, req.clone()).await.map_err(fail)?;
-        let forms = ctx.ready.forms(&feed, &page.items);
+        let page = ctx.svc.pull_view(&view, req.clone()).await.map_err(fail)?;
+        let forms = ctx.ready.forms(&view.view().feed, &page.items);
         let made = MamPage::new(ctx.me, &req.node, &page, &forms, rsm_result(&page), backwards).map_err(|e| {
             tracing::error!(error = %e, node = %req.node, "a MAM page could not be written");
             internal("the page could not be written")
@@ -89,7 +89,8 @@ impl MamFields {
                 "a MAM query to this service names a node (a view): the service has no archive of its own",
             ));
         };
-        ctx.svc.generation(&ctx.actor, &node).await.map_err(fail)?;
+        let view = ctx.svc.readable_node(&ctx.actor, &node).map_err(fail)?;
+        ctx.svc.generation(&view).await.map_err(fail)?;
         let field = |var: &str| Field { label: None, ..Field::new(var, FieldType::TextSingle) };
         let form = DataForm::new(DataFormType::Form, ns::MAM, vec![field("start"), field("end")]);
         Ok(Some(Element::builder("query", ns::MAM).append(Element::from(form)).build()))

@@ -7,8 +7,7 @@ use crate::payloads::ItemsQuery;
 use crate::payloads::order_by::take_order;
 use feed::paging::Page;
 use feed::ports::Store;
-use feed::service::PullRequest;
-use feed::{FeedError, NodeName};
+use feed::service::{PullRequest, Readable};
 use minidom::Element;
 use xmpp_parsers::rsm::{First, SetQuery, SetResult};
 use xmpp_parsers::stanza_error::StanzaError;
@@ -38,15 +37,15 @@ impl Pull {
     /// (and kept).
     pub async fn apply<S: Store>(self, ctx: &Ctx<'_, S>) -> Result<Answer, StanzaError> {
         let req = self.req;
-        let (feed, generation) = feed_and_generation(ctx, &req).await?;
+        let (view, generation) = readable_and_generation(ctx, &req.node).await?;
         if let Some(body) = ctx.ready.kept(&req, generation) {
             return Ok(Answer::Page(body));
         }
         // Items asked for by id come without paging information.
         let lookup = !req.ids.is_empty();
-        let page = ctx.svc.pull(&ctx.actor, req.clone()).await.map_err(fail)?;
+        let page = ctx.svc.pull_view(&view, req.clone()).await.map_err(fail)?;
         let set = (!lookup).then(|| rsm_result(&page));
-        let body = ctx.ready.body(&feed, &req.node, &page.items, set.as_ref()).map_err(|e| {
+        let body = ctx.ready.body(&view.view().feed, &req.node, &page.items, set.as_ref()).map_err(|e| {
             tracing::error!(error = %e, node = %req.node, "a page could not be written");
             internal("the page could not be written")
         })?;
@@ -67,15 +66,12 @@ pub fn paged(node: String, rsm: Option<&SetQuery>) -> PullRequest {
     }
 }
 
-/// The feed `req` reads and its generation, what a kept page is checked against; refused
-/// as the pull itself would be (a node that names no feed included).
-pub async fn feed_and_generation<S: Store>(ctx: &Ctx<'_, S>, req: &PullRequest) -> Result<(String, i64), StanzaError> {
-    let Ok(feed) = NodeName::parse(&req.node).map(|n| n.feed) else {
-        let refused = ctx.svc.pull(&ctx.actor, req.clone()).await.err();
-        return Err(fail(refused.unwrap_or_else(|| FeedError::BadRequest("unreadable node name".into()))));
-    };
-    let generation = ctx.ready.generation(ctx.svc, &ctx.actor, &req.node, &feed).await.map_err(fail)?;
-    Ok((feed, generation))
+/// The view `node` names, as the requester may read it, and its feed's generation, what a
+/// kept page is checked against; refused as a pull of `node` would be.
+pub async fn readable_and_generation<S: Store>(ctx: &Ctx<'_, S>, node: &str) -> Result<(Readable, i64), StanzaError> {
+    let view = ctx.svc.readable_node(&ctx.actor, node).map_err(fail)?;
+    let generation = ctx.ready.generation(ctx.svc, &view).await.map_err(fail)?;
+    Ok((view, generation))
 }
 
 /// The RSM `<set/>` of a page: cursors for first and last, the first's index, the count.

@@ -20,11 +20,9 @@
 //!   latter and the connection closed after its answer (RFC 9112 §6.1), so whatever the
 //!   other framing would have made of the rest is never read as a request.
 //!
-//! The body is bounded by [`bounds`](super::bounds), once routed.
+//! The body is bounded by [`bounds`](crate::bounds), once routed.
 
-mod plain_gets;
-mod rewind;
-
+use super::{hold, plain_gets, rewind};
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -53,7 +51,7 @@ pub struct ConnectionLimits {
 /// once every connection is closed.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    app: super::App,
+    app: crate::App,
     limits: ConnectionLimits,
     metrics: Arc<Metrics>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
@@ -100,14 +98,14 @@ pub async fn serve(
         open.inc();
         tokio::spawn(async move {
             if let plain_gets::Ended::ToHyper(tcp, read) = plain_gets::serve(tcp, &mut plain).await {
-                let app = super::App::clone(&plain.app);
+                let app = crate::App::clone(&plain.app);
                 let service = app
                     .map_request(move |mut req: axum::http::Request<Incoming>| {
                         req.extensions_mut().insert(ConnectInfo(peer));
                         req.map(axum::body::Body::new)
                     })
                     .and_then(|res| async {
-                        let mut res = super::later::answer(res).await;
+                        let mut res = hold::answer(res).await;
                         if res.status() == axum::http::StatusCode::NOT_MODIFIED {
                             // As on the plain path: the router's zero is not the 200's length.
                             res.headers_mut().remove(axum::http::header::CONTENT_LENGTH);

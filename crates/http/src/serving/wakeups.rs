@@ -38,13 +38,13 @@ pub struct Wakeups {
 }
 
 /// A registration; dropping it unregisters (the view's counter goes when its last holder does).
-pub struct Held {
+pub struct Watch {
     registry: Arc<Wakeups>,
     view: View,
     rx: Option<watch::Receiver<u64>>,
 }
 
-impl Held {
+impl Watch {
     /// The view held.
     pub fn view(&self) -> &View {
         &self.view
@@ -70,7 +70,7 @@ impl Held {
     }
 }
 
-impl Drop for Held {
+impl Drop for Watch {
     fn drop(&mut self) {
         drop(self.rx.take());
         let mut feeds = self.registry.feeds.lock().unwrap_or_else(PoisonError::into_inner);
@@ -91,7 +91,7 @@ impl Wakeups {
     }
 
     /// Registers a holder of `view`.
-    pub fn hold(self: &Arc<Self>, view: View) -> Held {
+    pub fn watch(self: &Arc<Self>, view: View) -> Watch {
         let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
         let views = feeds.entry(view.feed.clone()).or_default();
         let rx = match views.get(&view) {
@@ -102,7 +102,7 @@ impl Wakeups {
                 rx
             }
         };
-        Held { registry: self.clone(), view, rx: Some(rx) }
+        Watch { registry: self.clone(), view, rx: Some(rx) }
     }
 
     /// How many distinct views are held (for tests and metrics).
@@ -190,18 +190,18 @@ mod tests {
         Change { feed: feed.into(), item, created, views: vec![] }
     }
 
-    async fn woken(h: &mut Held) -> bool {
+    async fn woken(h: &mut Watch) -> bool {
         tokio::time::timeout(Duration::from_millis(50), h.changed()).await.is_ok()
     }
 
     #[tokio::test]
     async fn a_change_wakes_the_views_it_enters_and_only_those() {
         let w = Wakeups::new();
-        let mut created = w.hold(view("f?order=created"));
-        let mut created2 = w.hold(view("f?order=created"));
-        let mut modified = w.hold(view("f?order=modified"));
-        let mut ann = w.hold(view("f?order=modified&author=ann"));
-        let mut other = w.hold(view("g?order=modified"));
+        let mut created = w.watch(view("f?order=created"));
+        let mut created2 = w.watch(view("f?order=created"));
+        let mut modified = w.watch(view("f?order=modified"));
+        let mut ann = w.watch(view("f?order=modified&author=ann"));
+        let mut other = w.watch(view("g?order=modified"));
         assert_eq!(w.views(), 4);
         w.wake(&change("f", false, Some("bob")));
         assert!(!woken(&mut created).await, "an update does not enter a created view");

@@ -13,7 +13,7 @@
 //! archive documents, the face's most frequent requests, take the same path.
 //!
 //! What is not plain goes to hyper, which refuses malformed or oversized heads and odd
-//! framing as before (connections.rs); the header timeout and the graceful stop behave as
+//! framing as before (`connections`); the header timeout and the graceful stop behave as
 //! they do there: a head must be whole within `header_timeout` of the connection being
 //! ready for it, and a stop closes idle connections at once and the others after their
 //! answer. A client that closes its connection while its request is held cancels it.
@@ -96,7 +96,7 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
 
 /// The face's answer, or `None` when the client goes away first. The face's future (`call`)
 /// is boxed and dropped once it answers; an answer it gives later (a held long-poll,
-/// [`crate::later`]) is waited for alone, so a held request keeps only its wait. Small
+/// [`super::hold`]) is waited for alone, so a held request keeps only its wait. Small
 /// futures on purpose: a connection's task has room for the largest one all its life.
 async fn answer<B>(
     tcp: &mut TcpStream,
@@ -110,10 +110,10 @@ async fn answer<B>(
         },
         () = peer_gone(tcp, read) => return None,
     };
-    match crate::later::split(response) {
+    match super::hold::split(response) {
         Err(response) => Some(response.map(Either::Left)),
         Ok((added, wait)) => tokio::select! {
-            answer = wait => Some(crate::later::settle(added, answer).map(Either::Right)),
+            answer = wait => Some(super::hold::settle(added, answer).map(Either::Right)),
             () = peer_gone(tcp, read) => None,
         },
     }
