@@ -678,3 +678,49 @@ async fn a_not_modified_answer_has_no_zero_length() {
         );
     }
 }
+
+/// A GET of a feed URL is answered without the router when it comes on the plain path
+/// (`http::direct`), and through hyper and the layers on a connection hyper serves: the two
+/// give the same answers, head and body (but the date), whatever the request's fate.
+#[tokio::test]
+async fn feed_gets_answer_the_same_whichever_path_serves_them() {
+    let fx = &hostile().fx;
+    let client = reqwest::Client::new();
+    let res = put_entry(&client, &fx.base, "hostile", "same1", BOT, &small_entry("same1")).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let etag = client.get(format!("{}/feeds/hostile/", fx.base)).send().await.unwrap().headers()["etag"].clone();
+    let etag = etag.to_str().unwrap();
+    let requests = [
+        "GET /feeds/hostile/ HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+        "GET /feeds/hostile/?order=created&max=1 HTTP/1.1\r\nHost: x\r\nAccept: application/atom+xml\r\n\r\n".into(),
+        format!("GET /feeds/hostile/ HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\n\r\n"),
+        "GET /feeds/hostile/?callback=cb&format=json HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+        "GET /feeds/hostile/?bogus=1 HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+        "GET /feeds/nosuch/ HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+        "GET /feeds/hostile/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n".into(),
+        // A long-poll held for a second, then answered empty.
+        "GET /feeds/hostile/?order=created&since=id:same1&timeout=1 HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+    ];
+    // What a comparison may differ in: the date, and where the date and length go.
+    let seen = |a: &Answer| {
+        let mut lines: Vec<String> = a.head.lines().filter(|l| !l.starts_with("date:")).map(str::to_string).collect();
+        lines.sort();
+        (a.status, lines, a.body.clone())
+    };
+    for request in &requests {
+        let mut direct = TcpStream::connect(addr(fx)).await.unwrap();
+        direct.write_all(request.as_bytes()).await.unwrap();
+        let direct = tokio::time::timeout(Duration::from_secs(10), read_answer(&mut direct)).await.unwrap();
+        let direct = direct.unwrap_or_else(|| panic!("no direct answer to {request:?}"));
+        let mut layered = TcpStream::connect(addr(fx)).await.unwrap();
+        // Not a plain GET (a body's length is given): the connection is hyper's from here on.
+        layered.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").await.unwrap();
+        let health = read_answer(&mut layered).await.expect("the health answer");
+        assert_eq!(health.status, 200, "{health:?}");
+        layered.write_all(request.as_bytes()).await.unwrap();
+        let layered = tokio::time::timeout(Duration::from_secs(10), read_answer(&mut layered)).await.unwrap();
+        let layered = layered.unwrap_or_else(|| panic!("no layered answer to {request:?}"));
+        assert_eq!(seen(&direct), seen(&layered), "{request:?}");
+        assert!(direct.head.contains("vary: ") && direct.head.contains("access-control-expose-headers"), "{direct:?}");
+    }
+}

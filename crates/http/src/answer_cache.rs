@@ -16,10 +16,10 @@
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use feed::caches::{ByGeneration, Weighed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// What the cache may hold, bytes of bodies.
 const CACHE_BYTES: u64 = 32 << 20;
@@ -35,6 +35,10 @@ pub struct Answer {
     pub empty: bool,
     /// An archived document (which gets the archives' `Cache-Control`).
     pub archived: bool,
+    /// The headers every response with this answer carries besides its type and ETag (the
+    /// face's common ones, a function of the key): made by the first response, copied by
+    /// the others.
+    common: OnceLock<HeaderMap>,
 }
 
 /// An answer as its handler made it.
@@ -46,16 +50,20 @@ pub struct Made {
 }
 
 impl Answer {
-    /// The answer to a request with these headers: 304 when the client has it.
-    pub fn respond(&self, headers: &HeaderMap) -> Response {
-        let mut res = if matches(headers, &self.etag) {
-            StatusCode::NOT_MODIFIED.into_response()
+    /// The answer to a request with these headers: 304 when the client has it; with the
+    /// `common` headers, made once per answer.
+    pub fn respond(&self, headers: &HeaderMap, common: impl FnOnce() -> HeaderMap) -> Response {
+        let mut head = self.common.get_or_init(common).clone();
+        let (status, body) = if matches(headers, &self.etag) {
+            (StatusCode::NOT_MODIFIED, Body::empty())
         } else {
-            let mut res = Response::new(Body::from(self.body.clone()));
-            res.headers_mut().insert(header::CONTENT_TYPE, self.content_type.clone());
-            res
+            head.insert(header::CONTENT_TYPE, self.content_type.clone());
+            (StatusCode::OK, Body::from(self.body.clone()))
         };
-        res.headers_mut().insert(header::ETAG, self.etag.clone());
+        head.insert(header::ETAG, self.etag.clone());
+        let mut res = Response::new(body);
+        *res.status_mut() = status;
+        *res.headers_mut() = head;
         res
     }
 }
@@ -114,6 +122,7 @@ impl AnswerCache {
             body: Bytes::from(made.body),
             empty: made.empty,
             archived: made.archived,
+            common: OnceLock::new(),
         });
         self.kept.keep(key, generation, answer.clone());
         answer
@@ -139,7 +148,13 @@ mod tests {
         assert_ne!(etag("k", 7), etag("k2", 7));
         let mut headers = HeaderMap::new();
         headers.insert(header::IF_NONE_MATCH, a.etag.clone());
-        assert_eq!(a.respond(&headers).status(), StatusCode::NOT_MODIFIED);
-        assert_eq!(a.respond(&HeaderMap::new()).status(), StatusCode::OK);
+        let common = || HeaderMap::from_iter([(header::CACHE_CONTROL, HeaderValue::from_static("max-age=1"))]);
+        let not_modified = a.respond(&headers, common);
+        assert_eq!(not_modified.status(), StatusCode::NOT_MODIFIED);
+        assert_eq!(not_modified.headers()[header::CACHE_CONTROL], "max-age=1");
+        let ok = a.respond(&HeaderMap::new(), || panic!("made once"));
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(ok.headers()[header::CACHE_CONTROL], "max-age=1");
+        assert_eq!(ok.headers()[header::ETAG], a.etag);
     }
 }

@@ -91,14 +91,12 @@ async fn document<S: Store>(
             st.answers.put(key, generation, made)
         }
     };
-    let mut res = answer.respond(headers);
     let cache = if answer.archived {
         format!("public, max-age={}", st.settings.archive_max_age)
     } else {
         format!("max-age={}", st.settings.cache_max_age)
     };
-    common_headers(st, feed, &this, &cache, &mut res);
-    Ok(res)
+    Ok(answer.respond(headers, || common_headers(st, feed, &this, &cache)))
 }
 
 /// Reads and renders document `k` (the recent one for `None`) of `feed`: a function from

@@ -41,6 +41,21 @@ pub fn layer(policy: Arc<Policy>) -> CorsLayer {
         .max_age(Duration::from_secs(600))
 }
 
+/// What the CORS layer puts on the answer to a request without `Origin` (a GET of a feed
+/// URL): asked of the layer itself, so that answers given without it ([`crate::direct`])
+/// carry the same.
+pub fn added_without_origin(policy: Arc<Policy>) -> Vec<(HeaderName, HeaderValue)> {
+    use futures::FutureExt;
+    use tower::{Layer, ServiceExt};
+    let bare = tower::service_fn(|_| async { Ok::<_, std::convert::Infallible>(axum::http::Response::new(())) });
+    let asked = axum::http::Request::get("/feeds/f/").body(()).expect("a request");
+    // The layer answers at once: its origin rule is not asked without an `Origin`.
+    match layer(policy).layer(bare).oneshot(asked).now_or_never() {
+        Some(Ok(res)) => res.headers().iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+        _ => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,8 @@
 //!   held requests and their wake-ups, shared reads), behind one narrow interface: answer
 //!   now, or hold for a view until a deadline and ask again;
 //! - `router` (the routes, the gate every request passes, the layers and the rule they
-//!   keep), `state` (the settings and state the handlers share);
+//!   keep), `direct` (GETs of a feed URL answered without the router, as it would),
+//!   `state` (the settings and state the handlers share);
 //! - `client_addr`: a client's address behind trusted proxies; `bounds`: what a request's
 //!   path and body must keep to;
 //! - `actor` (who a request is), `auth` (tokens → actor), `asked` (what a handler takes from
@@ -37,6 +38,7 @@ pub mod auth;
 pub mod bounds;
 pub mod client_addr;
 pub mod cors;
+pub mod direct;
 pub mod errors;
 pub mod formats;
 pub use feed::generations;

@@ -136,17 +136,23 @@ impl Asking {
 
     /// `answer` as sent to this request: 304 when the client has it, with a pull's headers.
     fn respond<S: Store>(&self, st: &HttpState<S>, answer: &answer_cache::Answer) -> Response {
-        self.finish(st, answer.respond(&self.validators))
+        answer.respond(&self.validators, || self.headers(st))
     }
 
     /// `res` with a pull's headers besides its ETag.
     fn finish<S: Store>(&self, st: &HttpState<S>, mut res: Response) -> Response {
-        common_headers(st, &self.feed, &self.url, &format!("max-age={}", st.settings.cache_max_age), &mut res);
-        res.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept, Authorization"));
-        if self.callback.is_some() {
-            res.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-        }
+        res.headers_mut().extend(self.headers(st));
         res
+    }
+
+    /// A pull's headers besides its type and ETag.
+    fn headers<S: Store>(&self, st: &HttpState<S>) -> HeaderMap {
+        let mut h = common_headers(st, &self.feed, &self.url, &format!("max-age={}", st.settings.cache_max_age));
+        h.insert(header::VARY, HeaderValue::from_static("Accept, Authorization"));
+        if self.callback.is_some() {
+            h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+        }
+        h
     }
 }
 
@@ -302,9 +308,8 @@ pub async fn item<S: Store>(State(st): St<S>, asked: Asked<(String, String)>) ->
             st.answers.put(key, generation, Made { content_type: ctype, body, empty: false, archived: false })
         }
     };
-    let mut res = answer.respond(&headers);
-    common_headers(&st, &feed, &url, &format!("max-age={}", st.settings.cache_max_age), &mut res);
-    Ok(res)
+    let cache = format!("max-age={}", st.settings.cache_max_age);
+    Ok(answer.respond(&headers, || common_headers(&st, &feed, &url, &cache)))
 }
 
 /// `GET BASE/feeds/`: `{"feeds": [{"name", "title", "url"}]}` for the feeds the requester

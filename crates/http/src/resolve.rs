@@ -6,8 +6,7 @@ use super::query::FeedQuery;
 use crate::auth::Actor;
 use crate::state::HttpState;
 use axum::extract::rejection::PathRejection;
-use axum::http::{HeaderValue, header};
-use axum::response::Response;
+use axum::http::{HeaderMap, HeaderValue, header};
 use feed::NodeName;
 use feed::policy::Access;
 use feed::ports::Store;
@@ -51,8 +50,8 @@ pub fn resolve<S: Store>(
 }
 
 /// Headers every pull answer carries: caching, `Link` (hub and self), CORS on open feeds.
-pub fn common_headers<S: Store>(st: &HttpState<S>, feed: &str, url: &str, cache: &str, res: &mut Response) {
-    let h = res.headers_mut();
+pub fn common_headers<S: Store>(st: &HttpState<S>, feed: &str, url: &str, cache: &str) -> HeaderMap {
+    let mut h = HeaderMap::with_capacity(6);
     if let Ok(v) = HeaderValue::from_str(cache) {
         h.insert(header::CACHE_CONTROL, v);
     }
@@ -62,4 +61,5 @@ pub fn common_headers<S: Store>(st: &HttpState<S>, feed: &str, url: &str, cache:
     if st.svc.policy().feed(feed).access == Access::Open {
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
     }
+    h
 }

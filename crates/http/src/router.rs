@@ -10,11 +10,11 @@
 
 use crate::auth::Actor;
 use crate::errors::ApiError;
-use crate::state::{HttpState, St};
+use crate::state::{HttpState, Settings, St};
 use crate::{archive, bounds, cors, html_page, openapi, pull, schemas, serving, writes};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -34,8 +34,7 @@ pub type App =
 /// The HTTP face. `more` is routes served beside it (the WebSub hub's), behind the same
 /// gate, CORS, timeout and log; this face does not know what they are.
 pub fn router<S: Store>(state: Arc<HttpState<S>>, more: axum::Router) -> App {
-    // Longer than the longest long-poll, so only a stuck request is cut off.
-    let timeout = Duration::from_secs(state.settings.max_timeout + 30);
+    let timeout = timeout(&state.settings);
     let routes = axum::Router::new()
         .route("/", get(html_page::index::<S>))
         .route("/health", get(health::<S>))
@@ -64,6 +63,12 @@ pub fn router<S: Store>(state: Arc<HttpState<S>>, more: axum::Router) -> App {
         .service(routes)
 }
 
+/// The timeout layer's bound: longer than the longest long-poll, so only a stuck request
+/// is cut off.
+pub(crate) fn timeout(settings: &Settings) -> Duration {
+    Duration::from_secs(settings.max_timeout + 30)
+}
+
 /// A request as the log of answers names it.
 pub struct Logged {
     method: Method,
@@ -73,7 +78,7 @@ pub struct Logged {
 
 /// The log of answers, at `debug` (`warn` for a server error): method, path, the real
 /// status, and the time to the answer.
-fn log(req: &Request<Body>) -> Logged {
+pub(crate) fn log(req: &Request<Body>) -> Logged {
     Logged { method: req.method().clone(), uri: req.uri().clone(), started: Instant::now() }
 }
 
@@ -102,35 +107,54 @@ pub fn body_limit<S: Store>(svc: &Service<S>) -> usize {
 async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_string();
-    let mut res = async {
-        bounds::check_path(req.uri().path())?;
-        bounds::check_announced(req.headers(), body_limit(&st.svc))?;
-        let actor = st.tokens.actor(req.headers())?;
-        if req.method() != Method::OPTIONS {
-            let key = match &actor {
-                Actor::Jid(j) => j.clone(),
-                Actor::Anonymous => match req.extensions().get::<ConnectInfo<SocketAddr>>() {
-                    Some(peer) => st.settings.trusted_proxies.client(peer.0.ip(), req.headers()).to_string(),
-                    None => "unknown".to_string(),
-                },
-            };
-            match st.svc.admit(actor.as_str(), &key) {
-                Admission::Unlimited => {}
-                Admission::After(d) if d.is_zero() => {}
-                Admission::After(d) => tokio::time::sleep(d).await,
-                Admission::Refuse => return Err(ApiError::too_many(1)),
-            }
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let mut res = match pass(&st, req.method(), req.uri(), req.headers(), peer).await {
+        Ok(actor) => {
+            req.extensions_mut().insert(actor);
+            next.run(req).await
         }
-        req.extensions_mut().insert(actor);
-        Ok::<_, ApiError>(next.run(req).await)
+        Err(refused) => refused.into_response(),
+    };
+    count(&st, route, started, &mut res);
+    res
+}
+
+/// What the gate checks of a request (see [`gate`]) from `peer`: who asks, once the
+/// request may go on.
+pub(crate) async fn pass<S: Store>(
+    st: &HttpState<S>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    peer: Option<SocketAddr>,
+) -> Result<Actor, ApiError> {
+    bounds::check_path(uri.path())?;
+    bounds::check_announced(headers, body_limit(&st.svc))?;
+    let actor = st.tokens.actor(headers)?;
+    if method != Method::OPTIONS {
+        let key = match &actor {
+            Actor::Jid(j) => j.clone(),
+            Actor::Anonymous => match peer {
+                Some(peer) => st.settings.trusted_proxies.client(peer.ip(), headers).to_string(),
+                None => "unknown".to_string(),
+            },
+        };
+        match st.svc.admit(actor.as_str(), &key) {
+            Admission::Unlimited => {}
+            Admission::After(d) if d.is_zero() => {}
+            Admission::After(d) => tokio::time::sleep(d).await,
+            Admission::Refuse => return Err(ApiError::too_many(1)),
+        }
     }
-    .await
-    .unwrap_or_else(IntoResponse::into_response);
+    Ok(actor)
+}
+
+/// Counts a request under `route` when its real answer is given.
+pub(crate) fn count<S: Store>(st: &HttpState<S>, route: String, started: Instant, res: &mut Response) {
     let metrics: Arc<Metrics> = st.metrics.clone();
-    serving::observe(&mut res, move |res: &mut Response| {
+    serving::observe(res, move |res: &mut Response| {
         metrics.http_request(route, res.status().as_u16(), started.elapsed());
     });
-    res
 }
 
 /// `GET /health`: 200 when the store answers.
@@ -158,5 +182,6 @@ pub async fn serve<S: Store>(
     // here, they see it (a wait on the signal each would cost every held request its room).
     let holds = state.holds.clone();
     tokio::spawn(async move { holds.wake_all_when_closing().await });
-    serving::serve(listener, router(state, more), limits, metrics, stop).await
+    let direct = Arc::new(crate::direct::FeedGets::new(state.clone()));
+    serving::serve(listener, router(state, more), direct, limits, metrics, stop).await
 }

@@ -112,7 +112,7 @@ pub async fn stream<S: Store>(
     let events = futures::stream::unfold(state, step).map(Ok::<_, Infallible>);
     let mut res = Response::new(Body::from_stream(events));
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    common_headers(&st, feed, &r.url, "no-cache", &mut res);
+    res.headers_mut().extend(common_headers(&st, feed, &r.url, "no-cache"));
     Ok(res)
 }
 

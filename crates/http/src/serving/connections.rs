@@ -52,6 +52,7 @@ pub struct ConnectionLimits {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: crate::App,
+    direct: Arc<dyn super::Direct>,
     limits: ConnectionLimits,
     metrics: Arc<Metrics>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
@@ -88,6 +89,7 @@ pub async fn serve(
         let _ = tcp.set_nodelay(true);
         let mut plain = plain_gets::Plain {
             app: app.clone(),
+            direct: direct.clone(),
             peer,
             header_timeout: limits.header_timeout,
             stopping: stopping.clone(),

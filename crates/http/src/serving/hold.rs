@@ -191,7 +191,7 @@ pub fn observe(res: &mut Response, observer: impl Observe) {
 
 /// The headers the layers put on a stand-in, but its `Content-Length` (of its empty
 /// body, not the answer's): a short list, kept while the wait goes on.
-pub struct Added(Vec<(HeaderName, HeaderValue)>);
+pub struct Added(pub(super) Vec<(HeaderName, HeaderValue)>);
 
 /// What the layers added to a stand-in, and its wait; any other response as it is.
 pub fn split<B>(
@@ -206,24 +206,27 @@ pub fn split<B>(
     Ok((Added(added.map(|(n, v)| (n.clone(), v.clone())).collect()), wait))
 }
 
-/// The real answer with the headers the layers put on its stand-in, put as they put them:
-/// replacing the answer's own, but for `Vary`, whose values are added (as CORS does).
-pub fn settle(added: Added, mut answer: Response) -> Response {
-    for (name, _) in &added.0 {
+/// Puts `added` on `answer` as a layer puts its headers on the way out (as CORS does):
+/// replacing the answer's own, but for `Vary`, whose values are added.
+pub fn settle<'a>(added: impl IntoIterator<Item = &'a (HeaderName, HeaderValue)> + Clone, answer: &mut Response) {
+    for (name, _) in added.clone() {
         if name != header::VARY {
             answer.headers_mut().remove(name);
         }
     }
-    for (name, value) in added.0 {
-        answer.headers_mut().append(name, value);
+    for (name, value) in added {
+        answer.headers_mut().append(name.clone(), value.clone());
     }
-    answer
 }
 
 /// The answer `res` stands for, waited for here when it is a stand-in.
 pub async fn answer<B>(res: axum::http::Response<B>) -> axum::http::Response<Either<B, Body>> {
     match split(res) {
-        Ok((added, wait)) => settle(added, wait.await).map(Either::Right),
+        Ok((added, wait)) => {
+            let mut answer = wait.await;
+            settle(&added.0, &mut answer);
+            answer.map(Either::Right)
+        }
         Err(res) => res.map(Either::Left),
     }
 }

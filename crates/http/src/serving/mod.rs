@@ -14,6 +14,11 @@
 //!   bound on held requests (`[http] max_held`); `single_flight`: one read shared by the
 //!   requests woken by the same change.
 
+use axum::body::Body;
+use axum::http::Request;
+use axum::response::Response;
+use futures::future::BoxFuture;
+
 mod connections;
 mod hold;
 mod places;
@@ -23,9 +28,20 @@ pub mod single_flight;
 pub mod wakeups;
 
 pub use connections::{ConnectionLimits, MAX_HEAD, MAX_HEADERS, serve};
-pub use hold::{AskAgain, Full, Hold, Holds, Observe, Observed, Observing, OnAnswer, observe, on_answer};
+pub use hold::{AskAgain, Full, Hold, Holds, Observe, Observed, Observing, OnAnswer, observe, on_answer, settle};
 pub use places::{HeldPlaces, Place, default_max_held};
 pub use wakeups::{Wakeups, Watch};
+
+/// Plain GETs a face answers itself, without its router and layers but doing all they
+/// would (the same checks, headers and observers): the most frequent requests (pulls, and
+/// long-polls asked again after each answer) skip the work of routing and layering. A
+/// request the face does not take this way is served by the layered face.
+pub trait Direct: Send + Sync + 'static {
+    /// Whether the face answers `request` itself.
+    fn takes(&self, request: &Request<Body>) -> bool;
+    /// The answer to a request it takes.
+    fn get(&self, request: Request<Body>) -> BoxFuture<'static, Response>;
+}
 
 /// Raises the soft open-file limit to the hard one, so thousands of clients can connect
 /// (held long-polls and streams are one socket each). Returns the limit now in force.

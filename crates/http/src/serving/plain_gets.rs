@@ -23,6 +23,8 @@ use axum::body::{Body, HttpBody};
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
 use bytes::{Buf, Bytes};
+use futures::FutureExt;
+use futures::future::Either as OneOf;
 use http_body_util::{BodyExt, Either};
 use std::convert::Infallible;
 use std::io::Write;
@@ -38,6 +40,8 @@ use tower::Service;
 /// What a connection serves with, and when it must stop.
 pub(super) struct Plain {
     pub app: std::sync::Arc<crate::App>,
+    /// The GETs the face answers without its layers.
+    pub direct: std::sync::Arc<dyn super::Direct>,
     pub peer: SocketAddr,
     pub header_timeout: Duration,
     /// Turns true when the face stops.
@@ -76,7 +80,11 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
         }
         // The face is always ready (no layer of it holds requests back): called without asking,
         // on a clone made for the call.
-        let call = Box::pin(crate::App::clone(&plain.app).call(request));
+        let call = Box::pin(if plain.direct.takes(&request) {
+            OneOf::Left(plain.direct.get(request).map(Ok::<_, Infallible>))
+        } else {
+            OneOf::Right(crate::App::clone(&plain.app).call(request))
+        });
         let Some(response) = answer(&mut tcp, &mut read, call).await else {
             return Ended::Closed;
         };
@@ -113,7 +121,10 @@ async fn answer<B>(
     match super::hold::split(response) {
         Err(response) => Some(response.map(Either::Left)),
         Ok((added, wait)) => tokio::select! {
-            answer = wait => Some(super::hold::settle(added, answer).map(Either::Right)),
+            mut answer = wait => {
+                super::hold::settle(&added.0, &mut answer);
+                Some(answer.map(Either::Right))
+            }
             () = peer_gone(tcp, read) => None,
         },
     }
