@@ -328,6 +328,7 @@ async fn start_http<S: Store>(
             metrics.clone(),
         ),
         flights: Default::default(),
+        pulls: Default::default(),
         events: Default::default(),
         generations,
         answers: Default::default(),

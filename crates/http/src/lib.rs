@@ -18,7 +18,8 @@
 //!   and common headers);
 //! - `schemas`: the JSON bodies, typed, which the OpenAPI description is made from;
 //!   `formats` (JSON, Atom, JSON-P, ETags), `json_feed` (JSON Feed 1.1);
-//! - `pull` (pull and long-poll);
+//! - `pull` (pull and long-poll), `prepared` (a pull parsed and resolved, once per distinct
+//!   request);
 //! - `generations` (each feed's change generation), `answer_cache` (ETags from it, hot
 //!   answers as bytes), `rendered` (an item's forms, made once per version);
 //! - `cors` (cross-origin reads of open feeds), `sse` (event streams), `archive` (RFC 5005
@@ -46,6 +47,7 @@ pub mod html_page;
 pub mod hub;
 pub mod json_feed;
 pub mod openapi;
+pub mod prepared;
 pub mod pull;
 pub mod query;
 pub mod reader;

@@ -7,6 +7,7 @@ use super::asked::Asked;
 use super::auth::Actor;
 use super::errors::{ApiError, quote};
 use super::formats::{Doc, Format, jsonp};
+use super::prepared::Prepared;
 use super::query::FeedQuery;
 use super::resolve::{SEGMENT, common_headers, feed_base, resolve};
 use super::schemas::{
@@ -32,8 +33,6 @@ use tokio::time::Instant;
 /// The parameters a feed URL takes.
 pub const PULL_PARAMS: &[&str] =
     &["order", "author", "category", "since", "until", "max", "timeout", "callback", "format"];
-/// The default long-poll, seconds (SPEC §9).
-const DEFAULT_TIMEOUT: u64 = 55;
 
 fn accept(headers: &HeaderMap) -> &str {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("")
@@ -56,63 +55,50 @@ fn accept(headers: &HeaderMap) -> &str {
     security((), ("bearer" = [])))]
 pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Response, ApiError> {
     let Asked { actor, path: feed, query, headers } = asked;
-    let q = FeedQuery::parse(query.as_deref(), PULL_PARAMS)?;
-    drop(query);
-    let r = resolve(&st.svc, &actor, &st.settings.base, &feed, &q)?;
     if accept(&headers).contains("text/event-stream") {
+        let q = FeedQuery::parse(query.as_deref(), PULL_PARAMS)?;
+        let r = resolve(&st.svc, &actor, &st.settings.base, &feed, &q)?;
         let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_string);
         return Box::pin(sse::stream(st, actor, &feed, q, r, last_event_id)).await;
     }
-    let max = st.svc.page_size(q.max);
-    let format = q.format.unwrap_or_else(|| Format::from_accept(accept(&headers), Format::Json));
-    let timeout = q.timeout.unwrap_or(DEFAULT_TIMEOUT).min(st.settings.max_timeout);
-    // Whether an empty answer is held (SPEC §9, long-poll) rather than sent.
-    let holds = !r.view.view().order.descending && q.until.is_none() && max > 0 && timeout > 0;
-    let key = format!("page\n{}\n{:?}\n{:?}\n{max}\n{format:?}\n{:?}", r.url, q.since, q.until, q.callback);
+    let p = st.pulls.get(&st, &actor, &feed, query.as_deref(), accept(&headers))?;
     // Only the validators are read from here on: the rest is not kept while the request is held.
-    let asking = Asking { feed, url: r.url, key, max, format, callback: q.callback, validators: validators(headers) };
+    let asking = Asking { p, validators: validators(headers) };
+    let p = &asking.p;
     let err = |e| ApiError::from_feed(e, &actor);
-    let generation = Box::pin(st.generations.get(&st.svc, &r.view)).await.map_err(err)?;
-    match st.answers.get(&asking.key, generation) {
+    let generation = Box::pin(st.generations.get(&st.svc, &p.view)).await.map_err(err)?;
+    match st.answers.get(&p.key, generation) {
         // A kept empty answer of a request that holds: the request waits like any other.
-        Some(a) if !(holds && a.empty) => return Ok(asking.respond(&st, &a)),
-        _ if !holds && answer_cache::matches(&asking.validators, &answer_cache::etag(&asking.key, generation)) => {
+        Some(a) if !(p.holds && a.empty) => return Ok(asking.respond(&st, &a)),
+        _ if !p.holds && answer_cache::matches(&asking.validators, &answer_cache::etag(&p.key, generation)) => {
             // The client's copy is current, and this request is never held: no read at all.
             let mut res = axum::http::StatusCode::NOT_MODIFIED.into_response();
-            res.headers_mut().insert(header::ETAG, answer_cache::etag(&asking.key, generation));
+            res.headers_mut().insert(header::ETAG, answer_cache::etag(&p.key, generation));
             return Ok(asking.finish(&st, res));
         }
         _ => {}
     }
-    let req = PullRequest { node: r.node, max: Some(max), after: q.since, before: q.until, ..PullRequest::default() };
-    if !holds {
-        let page = Box::pin(st.svc.pull_view(&r.view, req)).await.map_err(err)?;
+    if !p.holds {
+        let page = Box::pin(st.svc.pull_view(&p.view, p.read.1.clone())).await.map_err(err)?;
         return Ok(asking.answer(&st, &(generation, page)));
     }
     // Registered before the first read, so a change committed after it is seen.
-    let watch = st.holds.watch(r.view.view().clone());
+    let watch = st.holds.watch(p.view.view().clone());
     // A request that may be held reads as a long-poll from the start: requests asked again
     // after the same change (re-armed long-polls) share that first read too. Its tag is the
     // generation the view's counter had when it was registered.
-    let read = Box::pin(shared_read(&st, &r.view, &actor, &req, watch.generation())).await.map_err(err)?;
+    let read = Box::pin(shared_read(&st, &p.view, &p.read, watch.generation())).await.map_err(err)?;
     if !read.1.items.is_empty() {
         return Ok(asking.answer(&st, &read));
     }
-    let deadline = Instant::now() + Duration::from_secs(timeout);
-    let poll = LongPoll { st: st.clone(), view: r.view, actor, req, read, asking };
+    let deadline = Instant::now() + Duration::from_secs(p.timeout);
+    let poll = LongPoll { st: st.clone(), actor, read, asking };
     st.holds.hold(watch, deadline, poll).map_err(|_| ApiError::held_full())
 }
 
 /// What a page answer is made of besides the page; what a held long-poll keeps of its request.
 struct Asking {
-    feed: String,
-    /// The view's feed URL, as asked.
-    url: String,
-    /// The answer's key in the kept answers (see [`answer_cache`]).
-    key: String,
-    max: u64,
-    format: Format,
-    callback: Option<String>,
+    p: Arc<Prepared>,
     validators: HeaderMap,
 }
 
@@ -121,14 +107,13 @@ impl Asking {
     /// kept one made from the same generation (another request woken by the same change
     /// made it already), or made now and kept.
     fn answer<S: Store>(&self, st: &HttpState<S>, read: &(i64, Page)) -> Response {
-        let (generation, page) = (read.0, &read.1);
-        let answer = match st.answers.get(&self.key, generation) {
+        let (generation, page, p) = (read.0, &read.1, &self.p);
+        let answer = match st.answers.get(&p.key, generation) {
             Some(a) => a,
             None => {
-                let (ctype, body) =
-                    render(st, &self.feed, &self.url, self.max, self.format, self.callback.as_deref(), page);
+                let (ctype, body) = render(st, &p.feed, &p.url, p.max, p.format, p.callback.as_deref(), page);
                 let made = Made { content_type: ctype, body, empty: page.items.is_empty(), archived: false };
-                st.answers.put(self.key.clone(), generation, made)
+                st.answers.put(p.key.clone(), generation, made)
             }
         };
         self.respond(st, &answer)
@@ -147,9 +132,10 @@ impl Asking {
 
     /// A pull's headers besides its type and ETag.
     fn headers<S: Store>(&self, st: &HttpState<S>) -> HeaderMap {
-        let mut h = common_headers(st, &self.feed, &self.url, &format!("max-age={}", st.settings.cache_max_age));
+        let p = &self.p;
+        let mut h = common_headers(st, &p.feed, &p.url, &format!("max-age={}", st.settings.cache_max_age));
         h.insert(header::VARY, HeaderValue::from_static("Accept, Authorization"));
-        if self.callback.is_some() {
+        if p.callback.is_some() {
             h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
         }
         h
@@ -203,22 +189,22 @@ fn render<S: Store>(
 
 /// A read of a view for held requests (long-polls, event streams as they start), shared by
 /// every request asking the same of it after the same wake-up `generation` of the view:
-/// the feed's generation read just before the page, and the page.
+/// the feed's generation read just before the page, and the page. `asked` is who asks
+/// and the read asked, the reads' group.
 pub(crate) async fn shared_read<S: Store>(
     st: &Arc<HttpState<S>>,
     view: &Readable,
-    actor: &Actor,
-    req: &PullRequest,
+    asked: &Arc<(String, PullRequest)>,
     generation: u64,
 ) -> Result<Arc<(i64, Page)>, FeedError> {
     let read = {
-        let (st, view, asked) = (st.clone(), view.clone(), req.clone());
+        let (st, view, asked) = (st.clone(), view.clone(), asked.clone());
         || async move {
             let g = st.generations.get(&st.svc, &view).await?;
-            Ok(Arc::new((g, st.svc.pull_view(&view, asked).await?)))
+            Ok(Arc::new((g, st.svc.pull_view(&view, asked.1.clone()).await?)))
         }
     };
-    st.flights.get((actor.as_str().to_string(), req.clone()), generation, read).await
+    st.flights.get(asked.clone(), generation, read).await
 }
 
 /// A long-poll whose page was empty, held until an item enters the view or its deadline
@@ -227,9 +213,7 @@ pub(crate) async fn shared_read<S: Store>(
 /// answer made already). What it keeps is all a held long-poll costs besides its wait.
 struct LongPoll<S: Store> {
     st: Arc<HttpState<S>>,
-    view: Readable,
     actor: Actor,
-    req: PullRequest,
     read: Arc<(i64, Page)>,
     asking: Asking,
 }
@@ -237,7 +221,8 @@ struct LongPoll<S: Store> {
 impl<S: Store> AskAgain for LongPoll<S> {
     fn ask(&mut self, generation: u64) -> BoxFuture<'_, Option<Response>> {
         Box::pin(async move {
-            match shared_read(&self.st, &self.view, &self.actor, &self.req, generation).await {
+            let p = &self.asking.p;
+            match shared_read(&self.st, &p.view, &p.read, generation).await {
                 Ok(read) if read.1.items.is_empty() => {
                     self.read = read;
                     None

@@ -95,15 +95,17 @@ pub async fn stream<S: Store>(
             // From now: after the view's current last item.
             let req =
                 PullRequest { node: node.clone(), max: Some(1), before: Some(String::new()), ..Default::default() };
-            let read = shared_read(&st, &asc, &actor, &req, held.generation());
-            let read = Box::pin(read).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+            let asked = Arc::new((actor.as_str().to_string(), req));
+            let read = Box::pin(shared_read(&st, &asc, &asked, held.generation()))
+                .await
+                .map_err(|e| ApiError::from_feed(e, &actor))?;
             read.1.last.as_ref().map(|c| format!("cursor:{c}"))
         }
     };
     // Checks access (and the position) before the stream starts.
     let probe = PullRequest { node: node.clone(), max: Some(0), after: pos.clone(), ..Default::default() };
-    let probe = shared_read(&st, &asc, &actor, &probe, held.generation());
-    Box::pin(probe).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+    let probe = Arc::new((actor.as_str().to_string(), probe));
+    Box::pin(shared_read(&st, &asc, &probe, held.generation())).await.map_err(|e| ApiError::from_feed(e, &actor))?;
     let _metric = st.metrics.held("stream");
     let asker = format!("{}\n{node}", actor.as_str()).into();
     let pos = pos.map(Arc::from);

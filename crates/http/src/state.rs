@@ -32,7 +32,7 @@ impl Settings {
 /// The re-reads woken long-polls share (see [`single_flight`](crate::serving::single_flight)): by actor and request, the
 /// page and the feed's generation read just before it.
 pub type PullFlights = crate::serving::single_flight::SingleFlight<
-    (String, feed::service::PullRequest),
+    Arc<(String, feed::service::PullRequest)>,
     u64,
     Arc<(i64, feed::paging::Page)>,
     feed::FeedError,
@@ -48,6 +48,8 @@ pub struct HttpState<S: Store> {
     pub holds: serving::Holds,
     /// Shared re-reads of woken long-polls: by actor and request, for a wake-up generation.
     pub flights: PullFlights,
+    /// Pulls parsed and resolved, once per distinct request.
+    pub pulls: crate::prepared::PreparedPulls,
     /// Shared reads of event streams at the same place, and their events' bytes.
     pub events: sse::EventFlights,
     /// Each feed's change generation, which validates answers without reading items.

@@ -112,7 +112,7 @@ impl Holds {
         let wait = run(self.clone(), watch, place, deadline, Box::new(ask));
         let mut res = Response::new(Body::empty());
         *res.status_mut() = StatusCode::ACCEPTED;
-        res.extensions_mut().insert(Hold(Arc::new(Mutex::new(Some(Box::pin(wait))))));
+        res.extensions_mut().insert(Hold::new(wait));
         Ok(res)
     }
 }
@@ -159,23 +159,43 @@ fn run(
 /// A held request's answer to come, in its stand-in's extensions (which must be `Clone +
 /// Sync`).
 #[derive(Clone)]
-pub struct Hold(Arc<Mutex<Option<BoxFuture<'static, Response>>>>);
+pub struct Hold(Arc<Mutex<Option<Answered>>>);
+
+/// The answer of a held request, and who sees it when it is given.
+pub struct Answered {
+    wait: BoxFuture<'static, Response>,
+    observers: Vec<Observer>,
+}
+
+/// An observer, boxed.
+type Observer = Box<dyn FnOnce(&mut Response) + Send>;
+
+impl Future for Answered {
+    type Output = Response;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response> {
+        let mut res = ready!(self.wait.as_mut().poll(cx));
+        for observer in std::mem::take(&mut self.observers) {
+            observer(&mut res);
+        }
+        Poll::Ready(res)
+    }
+}
 
 impl Hold {
+    fn new(wait: impl Future<Output = Response> + Send + 'static) -> Hold {
+        Hold(Arc::new(Mutex::new(Some(Answered { wait: Box::pin(wait), observers: Vec::new() }))))
+    }
+
     /// The hold `res` stands in for, if it is a stand-in.
     pub fn of<B>(res: &axum::http::Response<B>) -> Option<&Hold> {
         res.extensions().get::<Hold>()
     }
 
-    /// Has `observer` see (and change) the answer when it is given.
+    /// Has `observer` see (and change) the answer when it is given, after those before it.
     fn then(&self, observer: impl Observe) {
-        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(wait) = slot.take() {
-            *slot = Some(Box::pin(async move {
-                let mut res = wait.await;
-                observer.answered(&mut res);
-                res
-            }));
+        if let Some(answered) = self.0.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            answered.observers.push(Box::new(move |res: &mut Response| observer.answered(res)));
         }
     }
 }
@@ -194,9 +214,7 @@ pub fn observe(res: &mut Response, observer: impl Observe) {
 pub struct Added(pub(super) Vec<(HeaderName, HeaderValue)>);
 
 /// What the layers added to a stand-in, and its wait; any other response as it is.
-pub fn split<B>(
-    mut res: axum::http::Response<B>,
-) -> Result<(Added, BoxFuture<'static, Response>), axum::http::Response<B>> {
+pub fn split<B>(mut res: axum::http::Response<B>) -> Result<(Added, Answered), axum::http::Response<B>> {
     let wait = match res.extensions_mut().remove::<Hold>() {
         Some(Hold(wait)) => wait.lock().unwrap_or_else(PoisonError::into_inner).take(),
         None => None,
