@@ -6,7 +6,8 @@
 //! handler itself. Anything else (another path, a request from a browser on another origin,
 //! a feed name that does not decode) goes through the router as before.
 //!
-//! `tests::both_paths_give_the_same_answers` holds the two to the same answers.
+//! `tests/e2e_http_hostile.rs` (`feed_gets_answer_the_same_whichever_path_serves_them`) holds
+//! the two to the same answers.
 
 use crate::asked::Asked;
 use crate::bounds::percent_decode;
