@@ -86,8 +86,9 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
     let watch = st.holds.watch(p.view.view().clone());
     // A request that may be held reads as a long-poll from the start: requests asked again
     // after the same change (re-armed long-polls) share that first read too. Its tag is the
-    // generation the view's counter had when it was registered.
-    let read = Box::pin(shared_read(&st, &p.view, &p.read, watch.generation())).await.map_err(err)?;
+    // generation the view's counter had when it was registered; it must show at least the
+    // feed's `generation` read above (every write answered before this request).
+    let read = Box::pin(shared_read(&st, &p.view, &p.read, watch.generation(), generation)).await.map_err(err)?;
     if !read.1.items.is_empty() {
         return Ok(asking.answer(&st, &read));
     }
@@ -191,11 +192,18 @@ fn render<S: Store>(
 /// every request asking the same of it after the same wake-up `generation` of the view:
 /// the feed's generation read just before the page, and the page. `asked` is who asks
 /// and the read asked, the reads' group.
+///
+/// `seen` is the feed's generation the caller read as it began, so that it sees every write
+/// answered before it asked: the wake-up counters are raised by a task after the commit,
+/// so a request that comes right after a write's answer can find the view's counter, and
+/// hence a read shared under it, from before that write. Such a read is not taken then.
+/// A woken caller passes 0: its wake-up's generation already stands for the change.
 pub(crate) async fn shared_read<S: Store>(
     st: &Arc<HttpState<S>>,
     view: &Readable,
     asked: &Arc<(String, PullRequest)>,
     generation: u64,
+    seen: i64,
 ) -> Result<Arc<(i64, Page)>, FeedError> {
     let read = {
         let (st, view, asked) = (st.clone(), view.clone(), asked.clone());
@@ -204,7 +212,13 @@ pub(crate) async fn shared_read<S: Store>(
             Ok(Arc::new((g, st.svc.pull_view(&view, asked.1.clone()).await?)))
         }
     };
-    st.flights.get(asked.clone(), generation, read).await
+    let shared = st.flights.get(asked.clone(), generation, read).await?;
+    if shared.0 >= seen {
+        return Ok(shared);
+    }
+    // Rare (a request racing its own write's wake-up): its own read, not shared.
+    let g = st.generations.get(&st.svc, view).await?;
+    Ok(Arc::new((g, st.svc.pull_view(view, asked.1.clone()).await?)))
 }
 
 /// A long-poll whose page was empty, held until an item enters the view or its deadline
@@ -222,7 +236,7 @@ impl<S: Store> AskAgain for LongPoll<S> {
     fn ask(&mut self, generation: u64) -> BoxFuture<'_, Option<Response>> {
         Box::pin(async move {
             let p = &self.asking.p;
-            match shared_read(&self.st, &p.view, &p.read, generation).await {
+            match shared_read(&self.st, &p.view, &p.read, generation, 0).await {
                 Ok(read) if read.1.items.is_empty() => {
                     self.read = read;
                     None

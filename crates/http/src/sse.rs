@@ -96,16 +96,17 @@ pub async fn stream<S: Store>(
             let req =
                 PullRequest { node: node.clone(), max: Some(1), before: Some(String::new()), ..Default::default() };
             let asked = Arc::new((actor.as_str().to_string(), req));
-            let read = Box::pin(shared_read(&st, &asc, &asked, held.generation()))
-                .await
-                .map_err(|e| ApiError::from_feed(e, &actor))?;
+            // "Now" is after every write answered before the stream was asked for.
+            let err = |e| ApiError::from_feed(e, &actor);
+            let seen = Box::pin(st.generations.get(&st.svc, &asc)).await.map_err(err)?;
+            let read = Box::pin(shared_read(&st, &asc, &asked, held.generation(), seen)).await.map_err(err)?;
             read.1.last.as_ref().map(|c| format!("cursor:{c}"))
         }
     };
     // Checks access (and the position) before the stream starts.
     let probe = PullRequest { node: node.clone(), max: Some(0), after: pos.clone(), ..Default::default() };
     let probe = Arc::new((actor.as_str().to_string(), probe));
-    Box::pin(shared_read(&st, &asc, &probe, held.generation())).await.map_err(|e| ApiError::from_feed(e, &actor))?;
+    Box::pin(shared_read(&st, &asc, &probe, held.generation(), 0)).await.map_err(|e| ApiError::from_feed(e, &actor))?;
     let _metric = st.metrics.held("stream");
     let asker = format!("{}\n{node}", actor.as_str()).into();
     let pos = pos.map(Arc::from);

@@ -2,6 +2,7 @@
 //! face and the WebSub hub work meanwhile): for the tests of the HTTP face alone.
 
 use super::http::http_table;
+use super::logs;
 use super::process::{Process, free_port};
 use super::smartfeeds::{bin, bot_feeds};
 use std::path::{Path, PathBuf};
@@ -22,46 +23,55 @@ impl Standalone {
     /// users `bot` and `alice` have tokens), the feeds `feeds` (published by `bot`) and the
     /// extra tables `tables`; returns once HTTP answers.
     pub fn start(http: &str, feeds: &[&str], tables: &str) -> Standalone {
-        Standalone::start_on(free_port(), http, feeds, tables)
+        Standalone::start_with(&[], |_| http.to_string(), feeds, tables)
     }
 
     /// [`start`](Self::start) with `[http] base_url` set to its own address (what smartfeeds
     /// needs to give others callback URLs, e.g. to subscribe to its sources' hubs).
     pub fn start_public(http: &str, feeds: &[&str], tables: &str) -> Standalone {
-        let port = free_port();
-        Standalone::start_on(port, &format!("base_url = \"http://127.0.0.1:{port}\"\n{http}"), feeds, tables)
+        Standalone::start_with(&[], |port| format!("base_url = \"http://127.0.0.1:{port}\"\n{http}"), feeds, tables)
     }
 
     /// [`start`](Self::start) with the binary run by `wrapper` (a command and its first
     /// arguments, to which the binary and its arguments are appended).
     pub fn start_under(wrapper: &[&str], http: &str, feeds: &[&str], tables: &str) -> Standalone {
-        Standalone::start_with(wrapper, free_port(), http, feeds, tables)
+        Standalone::start_with(wrapper, |_| http.to_string(), feeds, tables)
     }
 
-    fn start_on(port: u16, http: &str, feeds: &[&str], tables: &str) -> Standalone {
-        Standalone::start_with(&[], port, http, feeds, tables)
-    }
-
-    fn start_with(wrapper: &[&str], port: u16, http: &str, feeds: &[&str], tables: &str) -> Standalone {
+    /// Starts on a free port with the `[http]` keys `http(port)`; on another port if another
+    /// test's process took this one between its release and smartfeeds' bind.
+    fn start_with(wrapper: &[&str], http: impl Fn(u16) -> String, feeds: &[&str], tables: &str) -> Standalone {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let config = format!(
-            "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\nserver = \"127.0.0.1:1\"\n\
-             [store]\npath = \"{}\"\n{}{tables}\n{}",
-            dir.path().join("feeds.db").display(),
-            http_table(port, http, &["bot", "alice"]),
-            bot_feeds(feeds)
-        );
-        std::fs::write(dir.path().join("c.toml"), config).expect("the configuration written");
-        let wrapper = wrapper.iter().map(|w| w.to_string()).collect();
-        let mut sf = Standalone { dir, base: format!("http://127.0.0.1:{port}"), port, process: None, wrapper };
-        sf.spawn();
+        let wrapper: Vec<String> = wrapper.iter().map(|w| w.to_string()).collect();
+        let mut sf = Standalone { dir, base: String::new(), port: 0, process: None, wrapper };
+        for attempt in 1.. {
+            let port = free_port();
+            let config = format!(
+                "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\nserver = \"127.0.0.1:1\"\n\
+                 [store]\npath = \"{}\"\n{}{tables}\n{}",
+                sf.dir.path().join("feeds.db").display(),
+                http_table(port, &http(port), &["bot", "alice"]),
+                bot_feeds(feeds)
+            );
+            std::fs::write(sf.dir.path().join("c.toml"), config).expect("the configuration written");
+            (sf.base, sf.port) = (format!("http://127.0.0.1:{port}"), port);
+            match sf.spawn() {
+                Ok(()) => break,
+                Err(log) if attempt < 3 && log.contains("Address already in use") => continue,
+                Err(log) => panic!("smartfeeds did not start:\n{log}"),
+            }
+        }
         sf
     }
 
-    /// Runs the binary on the configuration and waits until HTTP answers (the log is
-    /// appended to).
-    fn spawn(&mut self) {
+    /// Runs the binary on the configuration and waits until it listens on its port (the log
+    /// is appended to); the log if it exits first.
+    ///
+    /// Its own log says so: a connection alone could reach another test's server, which took
+    /// the port between its release and this process's bind.
+    fn spawn(&mut self) -> Result<(), String> {
         let log = self.log_path();
+        let from = logs::offset(&log);
         let mut cmd = match self.wrapper.split_first() {
             Some((program, args)) => {
                 let mut cmd = std::process::Command::new(program);
@@ -75,10 +85,17 @@ impl Standalone {
             .env("RUST_LOG", "info,smartfeeds_http=debug,smartfeeds_outbound=debug");
         self.process = Some(Process::spawn(cmd, &log).expect("smartfeeds runs"));
         let deadline = Instant::now() + Duration::from_secs(15);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            assert!(Instant::now() < deadline, "smartfeeds did not listen:\n{text}");
-            std::thread::sleep(Duration::from_millis(20));
+        loop {
+            let process = self.process.as_mut().expect("just spawned");
+            if let Some(status) = process.exited() {
+                self.process = None;
+                return Err(format!("(exited: {status})\n{}", logs::read_from(&log, from)));
+            }
+            if logs::read_from(&log, from).contains("HTTP face listening") {
+                return Ok(());
+            }
+            assert!(Instant::now() < deadline, "smartfeeds did not listen:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -92,7 +109,7 @@ impl Standalone {
     /// Starts it again (after [`kill`](Self::kill)) on the same configuration and database.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.spawn().unwrap_or_else(|log| panic!("smartfeeds did not start again:\n{log}"));
     }
 
     /// Stops it (SIGTERM, as an operator would) and starts it again on the same
@@ -101,7 +118,7 @@ impl Standalone {
         if let Some(p) = self.process.take() {
             p.terminate(Duration::from_secs(10), "smartfeeds");
         }
-        self.spawn();
+        self.spawn().unwrap_or_else(|log| panic!("smartfeeds did not start again:\n{log}"));
     }
 
     pub fn dir(&self) -> &Path {
@@ -115,5 +132,22 @@ impl Standalone {
     /// What smartfeeds logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+}
+
+impl Drop for Standalone {
+    /// A failing test shows the end of what its smartfeeds logged, and whether it still ran.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let state = match self.process.as_mut().map(|p| p.exited()) {
+                Some(Some(status)) => format!("exited ({status})"),
+                Some(None) => "running".to_string(),
+                None => "stopped by the test".to_string(),
+            };
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            eprintln!("smartfeeds on {} ({state}), the end of its log:\n{}", self.base, tail.join("\n"));
+        }
     }
 }
