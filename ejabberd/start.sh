@@ -27,8 +27,8 @@
 #   bot@localhost     a feed publisher
 #   alice@localhost   a reader
 #   bob@localhost     another reader
-# Components: feeds.localhost, bench.localhost and publisher.localhost (external, secret above),
-# pubsub.localhost (ejabberd's mod_pubsub).
+# Components: feeds.localhost, bench.localhost, publisher.localhost, canned.localhost and
+# libervia.localhost (external, secret above), pubsub.localhost (ejabberd's mod_pubsub).
 #
 # Run as root, ejabberdctl runs the node as the `ejabberd` user, so the run directory is
 # handed to that user. Other ejabberdctl commands work on this instance with

@@ -98,6 +98,11 @@ Component "publisher.localhost"
 Component "canned.localhost"
 	component_secret = "@SECRET@"
 
+-- libervia-pubsub, the other external pubsub component (its Debian package, on
+-- PostgreSQL), when scripts/bench-peers.sh runs it beside smartfeeds. Same secret.
+Component "libervia.localhost"
+	component_secret = "@SECRET@"
+
 -- Prosody's own pubsub service, for side-by-side comparisons with smartfeeds
 -- (scripts/bench-peers.sh). It keeps items in Prosody's file store ("internal"). The load
 -- tool (bench.localhost) is an admin here so that it may create nodes.

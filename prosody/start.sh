@@ -23,7 +23,9 @@
 #   alice@localhost   a reader
 #   bob@localhost     another reader
 # Components: feeds.localhost (external, secret above), pubsub.localhost (Prosody's pubsub),
-# multicast.localhost (XEP-0033 for feeds.localhost).
+# multicast.localhost (XEP-0033 for feeds.localhost); for scripts/bench-peers.sh the load
+# tool's bench.localhost, publisher.localhost and canned.localhost, and libervia.localhost
+# (libervia-pubsub), all external with the same secret.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)

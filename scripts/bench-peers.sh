@@ -20,6 +20,9 @@
 #   ejabberd  smartfeeds            feeds.localhost        (mod_multicast)
 #             smartfeeds(unicast)   feeds.localhost
 #             mod_pubsub            pubsub.localhost       Mnesia (not fsynced)
+#   both      libervia-pubsub       libervia.localhost     with BENCH_STORES holding postgres:
+#                                                          the Debian package, storing in the
+#                                                          same PostgreSQL as smartfeeds-pg
 # and on each host canned: `smartfeeds-load canned` as the component canned.localhost, a
 # service that answers every items request with one page (smartfeeds' first page of the node,
 # written by smartfeeds' own writer) and does nothing else, the baseline of pulls through
@@ -49,7 +52,9 @@
 #   BENCH_MODES              load modes to run, in this order ["publish pull fanout"]
 #   BENCH_STORES             smartfeeds' stores to compare ["sqlite"]; add "postgres" (one
 #                            instance on a private PostgreSQL, service smartfeeds-pg; pgbench
-#                            runs a publish-shaped transaction there first) and
+#                            runs a publish-shaped transaction there first, and
+#                            libervia-pubsub, the other external pubsub component, runs on
+#                            the same PostgreSQL as libervia.localhost) and
 #                            "postgres2" (two instances on one database, smartfeeds-pg2;
 #                            ejabberd only: Prosody takes one connection per component, the
 #                            second would stand by). CPU is that of the first instance.
@@ -77,7 +82,8 @@
 #                            (another build, say the commit before a change, against the
 #                            same load tool and servers)
 #
-# Needs: prosody and ejabberd (Debian packages), cargo. Everything listens on 127.0.0.1
+# Needs: prosody and ejabberd (Debian packages), cargo; with postgres, postgresql and
+# libervia-pubsub. Everything listens on 127.0.0.1
 # only. The processes started here are stopped on exit, also on error or ctrl-c.
 set -euo pipefail
 
@@ -170,6 +176,7 @@ pg_port=""
 server_pid=""
 stop_server=""
 canned_pid=""
+lp_pid=""
 
 # Stops the smartfeeds instances (SIGTERM, then SIGKILL after 10 s).
 stop_smartfeeds() {
@@ -261,9 +268,53 @@ start_canned() {
 	exit 1
 }
 
-# Stops smartfeeds, the canned component and the current server.
+# Starts libervia-pubsub as libervia.localhost on the current server, storing in a fresh
+# database of the private PostgreSQL (its own schema); sets lp_pid. Debian ships no
+# `twistd`: `python3 -m twisted` runs the plugin in the foreground. PYTHONPATH holds
+# sat_pubsub and its patched wokkel; PG* variables would override its settings.
+start_libervia() {
+	local host=$1 name="lp_${1//-/_}" logf="$tmp/libervia-$1.log"
+	[ -f /usr/share/libervia/sat_pubsub/db/pubsub.sql ] \
+		|| { log "libervia-pubsub not found: apt-get install libervia-pubsub"; exit 1; }
+	as_postgres "$pg_bin/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres \
+		-c "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name" >/dev/null
+	as_postgres "$pg_bin/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres -d "$name" \
+		-f /usr/share/libervia/sat_pubsub/db/pubsub.sql >/dev/null
+	mkdir -p "$tmp/libervia-$host"
+	(cd "$tmp/libervia-$host" && exec env -u PGUSER -u PGDATABASE -u PGPASSWORD -u PGHOST -u PGPORT \
+		PYTHONPATH=/usr/share/libervia /usr/bin/python3 -m twisted --log-format=text --log-level=warn \
+		libervia-pubsub --jid libervia.localhost --xmpp_pwd "$secret" --rhost 127.0.0.1 --rport "$component_port" \
+		--backend pgsql --db_name "$name" --db_user postgres --db_host 127.0.0.1 --db_port "$pg_port" \
+		>"$logf" 2>&1) &
+	lp_pid=$!
+	# Connected once it answers: the node's creation (run below) is the probe.
+	for _ in $(seq 1 100); do
+		if "$load" create --server "127.0.0.1:$component_port" --component bench.localhost --secret "$secret" \
+			--service libervia.localhost --node probe --max-items 1 >/dev/null 2>&1; then
+			log "libervia-pubsub on $host (database $name)"
+			return
+		fi
+		kill -0 "$lp_pid" 2>/dev/null || break
+		sleep 0.2
+	done
+	log "libervia-pubsub did not start:"
+	cat "$logf" >&2
+	exit 1
+}
+
+stop_libervia() {
+	if [ -n "$lp_pid" ]; then
+		kill -TERM "$lp_pid" 2>/dev/null || true
+		for _ in $(seq 1 50); do kill -0 "$lp_pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$lp_pid" 2>/dev/null || true
+	fi
+	lp_pid=""
+}
+
+# Stops smartfeeds, the canned component, libervia-pubsub and the current server.
 stop_all() {
 	stop_canned
+	stop_libervia
 	stop_smartfeeds
 	if [ -n "$stop_server" ]; then
 		$stop_server >/dev/null 2>&1 || true
@@ -428,6 +479,7 @@ run() {
 	local pids=(--server-pid "$server_pid") target
 	[[ ${label#*/} == smartfeeds* ]] && pids+=(--service-pid "$sf_pid")
 	[[ ${label#*/} == canned ]] && pids+=(--service-pid "$canned_pid")
+	[[ ${label#*/} == libervia-pubsub ]] && pids+=(--service-pid "$lp_pid")
 	if [[ $mode == http-* ]]; then
 		target=(--base "http://127.0.0.1:$http_port" --token "$secret-http-token" --feed bench)
 	else
@@ -457,6 +509,7 @@ services_of() {
 			# Prosody's pubsub keeps at most 256 items per node (pubsub_max_items).
 			echo "mod_pubsub(file) pubsub.localhost max-items 256"
 			echo "mod_pubsub(memory) pubsub-mem.localhost max-items 256"
+			[[ " $stores " == *" postgres "* ]] && echo "libervia-pubsub libervia.localhost rsm 100000"
 			echo "canned canned.localhost rsm 0"
 			;;
 		ejabberd)
@@ -467,6 +520,7 @@ services_of() {
 			echo "smartfeeds(unicast) feeds.localhost rsm 0"
 			echo "smartfeeds(MAM) feeds.localhost mam 0"
 			echo "mod_pubsub pubsub.localhost rsm 1000"
+			[[ " $stores " == *" postgres "* ]] && echo "libervia-pubsub libervia.localhost rsm 100000"
 			echo "canned canned.localhost rsm 0"
 			;;
 	esac
@@ -487,6 +541,9 @@ for host in $hosts; do
 	: >"$tmp/smartfeeds-$host.log"
 	start_smartfeeds "$host" true sqlite
 	mapfile -t services < <(services_of "$host" | grep -E -- "^[^ ]*($only)")
+	if printf '%s\n' "${services[@]}" | grep -q '^libervia-pubsub '; then
+		start_libervia "$host"
+	fi
 	for s in "${services[@]}"; do
 		read -r name jid paging max_items <<<"$s"
 		if [ "$max_items" != 0 ]; then

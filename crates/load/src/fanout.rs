@@ -113,6 +113,9 @@ struct Seen {
     /// Notifications of items this run did not publish: services that send the last item
     /// on subscription (ejabberd's `send_last_published_item`) do that. Not an error.
     earlier_items: u64,
+    /// Pushes to the tool's own domain (no local part), which created the node: services
+    /// that subscribe a node's owner to it (libervia-pubsub) do that. Not an error.
+    to_owner: u64,
     /// Messages for JIDs we did not subscribe, for publishes we did not make, or not pushes.
     unexpected: u64,
 }
@@ -178,8 +181,13 @@ async fn collect(
             _ = &mut stop => break,
         };
         let now = Instant::now();
-        let to = scan::attr(&el, "to").and_then(|to| who.index(&to));
+        let to_attr = scan::attr(&el, "to");
+        let to = to_attr.as_deref().and_then(|to| who.index(to));
         let facts = if scan::name(&el) == b"message" { push_facts(&el) } else { None };
+        if to.is_none() && facts.is_some() && to_attr.is_some_and(|t| !t.contains('@')) {
+            seen.to_owner += 1;
+            continue;
+        }
         if let (Some(_), Some(f)) = (to, &facts)
             && !f.item.starts_with(&item_prefix)
         {
@@ -525,6 +533,7 @@ pub async fn run(ctx: &Ctx, args: &FanoutArgs, inbox: Inbox) -> Result<Report, S
     report.int("duplicates", seen.duplicates);
     report.int("unexpected", seen.unexpected);
     report.int("earlier_items", seen.earlier_items);
+    report.int("to_owner", seen.to_owner);
     report.int("header_chain_breaks", breaks);
     // The service's memory before the first publish and after the last: flat means the
     // fan-out holds nothing per publish.
