@@ -57,8 +57,8 @@ status=0
 started=$SECONDS
 began=$SECONDS
 if cargo nextest --version >/dev/null 2>&1; then
-	# The Debian package's test (tests/e2e_package.rs) spends minutes on a release build (at
-	# nice 19) and then little: it runs beside both passes rather than holding up the end of
+	# The Debian package's test (tests/e2e_package.rs) packages the test build's binary (at
+	# nice 19) and installs it: it runs beside both passes rather than holding up the end of
 	# the first. Its output goes to target/e2e_package.log, shown when it ends.
 	SMARTFEEDS_TEST_SERVER=prosody cargo nextest run --no-fail-fast -E 'binary(=e2e_package)' >target/e2e_package.log 2>&1 &
 	package=$!
@@ -68,7 +68,7 @@ if cargo nextest --version >/dev/null 2>&1; then
 	# crash, hostile and limits assert Prosody's own answers and timings, and federation runs two
 	# Prosody servers of its own; they run in the Prosody pass only. cluster starts its own
 	# two-node ejabberd cluster whichever server is selected: it already ran in the first pass;
-	# package runs once, beside both passes (one release build per run is enough).
+	# package runs once, beside both passes.
 	# http_outbound, http_schemathesis and sources_alone start no XMPP server: once is enough for them too.
 	SMARTFEEDS_TEST_SERVER=ejabberd cargo nextest run --no-fail-fast \
 		-E 'binary(/^e2e_/) - binary(/^e2e_(crash|hostile|limits|federation|cluster|package|http_outbound|http_schemathesis|sources_alone)$/)' || status=1
