@@ -24,7 +24,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use store_sql::dialect::{Arg, Dialect, Statement};
-use store_sql::driver::{Columns, Expect, Statements};
+use store_sql::driver::{Columns, Expect, Followed, Statements};
 use tokio::runtime::Handle;
 use tokio_postgres::Row;
 use tokio_postgres::Statement as Prepared;
@@ -90,12 +90,22 @@ pub(crate) struct PgConn<'c> {
     failed: RefCell<Option<StoreError>>,
     /// Writes not sent yet, in order.
     pending: RefCell<Vec<Pending>>,
-    /// The feeds' rows the writer's batch holds locked, by name (none in a read snapshot).
-    locked: Option<&'c LockedFeeds>,
+    /// What the writer's batch keeps for its later closures (nothing in a read snapshot).
+    kept: Option<&'c Kept>,
 }
 
-/// The rows of the feeds a write transaction has locked, as it has them.
-pub(crate) type LockedFeeds = RefCell<HashMap<String, FeedRow>>;
+/// What a writer's batch keeps of what it read, for its later closures.
+#[derive(Clone, Default)]
+pub(crate) struct BatchKept {
+    /// The rows of the feeds the batch holds locked, as it has them, by name.
+    feeds: HashMap<String, FeedRow>,
+    /// The views that follow each feed, by feed id, as read since the batch last changed
+    /// subscriptions (see `FeedStatements::followed_kept`).
+    followed: HashMap<i64, Followed>,
+}
+
+/// [`BatchKept`], as the closures of a batch share it.
+pub(crate) type Kept = RefCell<BatchKept>;
 
 impl<'c> PgConn<'c> {
     /// A connection in a read snapshot.
@@ -103,24 +113,42 @@ impl<'c> PgConn<'c> {
         PgConn::with(client, blocking, None)
     }
 
-    /// A connection in the writer's batch transaction, which keeps the rows it locks in `locked`.
-    pub(crate) fn writing(client: &'c Object, blocking: &'c Blocking, locked: &'c LockedFeeds) -> PgConn<'c> {
-        PgConn::with(client, blocking, Some(locked))
+    /// A connection in the writer's batch transaction, which keeps what it reads in `kept`.
+    pub(crate) fn writing(client: &'c Object, blocking: &'c Blocking, kept: &'c Kept) -> PgConn<'c> {
+        PgConn::with(client, blocking, Some(kept))
     }
 
-    fn with(client: &'c Object, blocking: &'c Blocking, locked: Option<&'c LockedFeeds>) -> PgConn<'c> {
-        PgConn { client, blocking, failed: RefCell::new(None), pending: RefCell::new(Vec::new()), locked }
+    fn with(client: &'c Object, blocking: &'c Blocking, kept: Option<&'c Kept>) -> PgConn<'c> {
+        PgConn { client, blocking, failed: RefCell::new(None), pending: RefCell::new(Vec::new()), kept }
     }
 
     /// The row of a feed the batch holds locked.
     pub(crate) fn locked(&self, name: &str) -> Option<FeedRow> {
-        self.locked?.borrow().get(name).cloned()
+        self.kept?.borrow().feeds.get(name).cloned()
     }
 
     /// Keeps a feed's row as the batch holds it locked.
     pub(crate) fn lock_kept(&self, row: &FeedRow) {
-        if let Some(locked) = self.locked {
-            locked.borrow_mut().insert(row.name.clone(), row.clone());
+        if let Some(kept) = self.kept {
+            kept.borrow_mut().feeds.insert(row.name.clone(), row.clone());
+        }
+    }
+
+    /// The views that follow a feed, as the batch read them.
+    pub(crate) fn followed(&self, feed: i64) -> Option<Followed> {
+        self.kept?.borrow().followed.get(&feed).cloned()
+    }
+
+    /// Keeps the views that follow a feed (`None`: forgets them all, subscriptions changed).
+    pub(crate) fn keep_followed(&self, followed: Option<(i64, &Followed)>) {
+        if let Some(kept) = self.kept {
+            let map = &mut kept.borrow_mut().followed;
+            match followed {
+                Some((feed, views)) => {
+                    map.insert(feed, views.clone());
+                }
+                None => map.clear(),
+            }
         }
     }
 

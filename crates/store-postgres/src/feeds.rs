@@ -11,7 +11,7 @@ use crate::payload;
 use feed::ports::{FeedRow, StoreError, StoreResult};
 use feed::{Change, Item};
 use store_sql::dialect::{Arg, Statement};
-use store_sql::driver::{Expect, FeedStatements, Statements};
+use store_sql::driver::{Expect, FeedStatements, Followed, Statements};
 
 impl FeedStatements for PgConn<'_> {
     /// `FOR NO KEY UPDATE`: publishers of this feed, in this process or another, queue here
@@ -101,6 +101,20 @@ impl FeedStatements for PgConn<'_> {
 
     fn feed_locked(&self, row: &FeedRow) {
         self.lock_kept(row);
+    }
+
+    /// Each publish reads them: the later ones of a batch find them here, one round trip
+    /// and one statement fewer.
+    fn followed_kept(&self, feed: i64) -> Option<Followed> {
+        self.followed(feed)
+    }
+
+    fn followed_read(&self, feed: i64, views: &Followed) {
+        self.keep_followed(Some((feed, views)));
+    }
+
+    fn subscriptions_changed(&self) {
+        self.keep_followed(None);
     }
 }
 

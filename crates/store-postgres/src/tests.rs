@@ -450,7 +450,8 @@ fn a_logged_change_leaves_the_log_only_once_written_and_comes_again_first_when_i
 /// XMPP and WebSub, in one read; the item's writes (row, counters, modified counts) sent in
 /// one pipeline with the end of its savepoint; COMMIT. Each write was a round trip of its own
 /// before, and the two kinds of views two reads (11 in all). The next publishes to the same
-/// feed in a batch find its row locked already: 3 each.
+/// feed in a batch find its row locked and the views read already: 2 each
+/// (`a_batch_reads_the_views_that_follow_a_feed_once_until_it_subscribes`).
 #[test]
 fn a_publish_costs_six_round_trips() {
     runtime().block_on(async {
@@ -518,4 +519,84 @@ fn a_failed_closure_leaves_the_batch_the_feed_row_it_found() {
             .unwrap();
         assert_eq!(seqs, (3, vec![("a".into(), 1), ("b".into(), 2), ("d".into(), 3)]));
     })
+}
+
+/// A batch reads the views that follow a feed once for all its publishes, and again after
+/// one of its closures changed subscriptions: the later publishes of a batch cost two round
+/// trips each (the item looked up; its writes with the end of its savepoint), and a view
+/// subscribed within the batch gets the publishes after it.
+#[test]
+fn a_batch_reads_the_views_that_follow_a_feed_once_until_it_subscribes() {
+    runtime().block_on(async {
+        let changes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = changes.clone();
+        let sink: ChangeSink = Box::new(move |c: Vec<feed::Change>| seen.lock().unwrap().extend(c));
+        let store = PostgresStore::connect(&fresh().await, Some(sink)).await.unwrap();
+        publish(&store, "a".into(), 1).await.unwrap();
+        // A batch of one empty closure, as the one that holds the writer in `one_batch`.
+        let before = store.round_trips();
+        store.write(|_| Ok(())).await.unwrap();
+        let empty = store.round_trips() - before;
+
+        let before = store.round_trips();
+        one_batch(&store, &["b", "c", "d"]).await;
+        // BEGIN, b (the row locked, the item, the views, its writes), c and d (the item, its
+        // writes), COMMIT.
+        assert_eq!(store.round_trips() - before, empty + 1 + 4 + 2 + 2 + 1);
+
+        one_batch(&store, &["e", "subscribe", "f"]).await;
+        let views: Vec<(String, Vec<String>)> = changes
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| (c.item.id.clone(), c.views.iter().map(|v| v.view.clone()).collect()))
+            .collect();
+        let (none, subscribed) = (Vec::<String>::new(), vec!["f?order=created".to_string()]);
+        let expected: Vec<(String, Vec<String>)> = ["a", "b", "c", "d", "e", "f"]
+            .into_iter()
+            .map(|id| (id.to_string(), if id == "f" { subscribed.clone() } else { none.clone() }))
+            .collect();
+        assert_eq!(views, expected);
+    })
+}
+
+/// Runs `steps` (publishes of these ids to feed "f", or "subscribe": alice to its created
+/// view) as one batch: queued, in order, behind a slow closure that holds the writer.
+async fn one_batch(store: &PostgresStore, steps: &[&'static str]) {
+    let s = store.clone();
+    let slow = tokio::spawn(async move {
+        s.write(|_| {
+            std::thread::sleep(Duration::from_millis(400));
+            Ok(())
+        })
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut queued = Vec::new();
+    for &step in steps {
+        let s = store.clone();
+        queued.push(tokio::spawn(async move {
+            s.write(move |tx| {
+                let mut f = tx.feed_for_update("f")?.expect("the feed");
+                if step == "subscribe" {
+                    let view = "f?order=created".to_string();
+                    let sub = feed::ports::Subscription {
+                        node: view.clone(),
+                        view,
+                        jid: "alice@localhost".into(),
+                        subid: "s".into(),
+                    };
+                    return Ok(tx.put_subscription(f.id, &sub)?);
+                }
+                tx.publish(&mut f, step.into(), entry(step), 2, Order::default())?;
+                Ok(())
+            })
+            .await
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    slow.await.unwrap().unwrap();
+    for q in queued {
+        q.await.unwrap().unwrap();
+    }
 }

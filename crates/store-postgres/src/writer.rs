@@ -7,7 +7,7 @@
 //! feed take turns across processes, each batch holding the lock until its COMMIT.
 
 use crate::commit_notices;
-use crate::connection::{Blocking, LockedFeeds, Param, PgConn};
+use crate::connection::{Blocking, Kept, Param, PgConn};
 use crate::error::retryable;
 use deadpool_postgres::{Object, Pool};
 use feed::Change;
@@ -88,7 +88,7 @@ impl Writer {
                 blocking: &self.blocking,
                 instance: self.instance,
                 conn: None,
-                locked: LockedFeeds::default(),
+                kept: Kept::default(),
             };
             self.commits.run(&mut tx, batch, |_| {});
         }
@@ -101,9 +101,10 @@ struct Batch<'w> {
     blocking: &'w Blocking,
     instance: u64,
     conn: Option<Object>,
-    /// The rows of the feeds the batch has locked, as its closures left them: a closure that
-    /// publishes to a feed an earlier one locked reads its row from here, not the server.
-    locked: LockedFeeds,
+    /// What the batch's closures read and left for the next: a closure that publishes to a
+    /// feed an earlier one locked reads its row (and the views that follow it) from here,
+    /// not the server.
+    kept: Kept,
 }
 
 impl Batch<'_> {
@@ -123,9 +124,9 @@ impl BatchTransaction for Batch<'_> {
     /// a failure, the pending writes never sent.
     fn run(&mut self, job: &mut dyn WriteJob) -> Result<Option<Vec<Change>>, StoreError> {
         let (conn, blocking) = (self.conn()?, self.blocking);
-        // What the closure finds locked; given back if it fails, as its savepoint is.
-        let before = self.locked.borrow().clone();
-        let mut tx = SqlTx::new(PgConn::writing(conn, blocking, &self.locked));
+        // What the closure finds kept; given back if it fails, as its savepoint is.
+        let before = self.kept.borrow().clone();
+        let mut tx = SqlTx::new(PgConn::writing(conn, blocking, &self.kept));
         let mut ok = job.run(&mut tx);
         // A statement that failed aborted the savepoint, whatever the closure made of it.
         if let Some(e) = tx.driver().take_failure() {
@@ -151,7 +152,7 @@ impl BatchTransaction for Batch<'_> {
         }
         tx.driver().discard_pending();
         drop(tx);
-        *self.locked.borrow_mut() = before;
+        *self.kept.borrow_mut() = before;
         blocking.block_on(conn.batch_execute("ROLLBACK TO SAVEPOINT job")).map_err(crate::error::store_error)?;
         Ok(None)
     }

@@ -98,7 +98,23 @@ pub trait FeedStatements: Statements {
     }
     /// Told of a feed's row as this transaction now has it locked.
     fn feed_locked(&self, _row: &FeedRow) {}
+    /// The views that follow a feed (over XMPP, over WebSub), as this transaction read them
+    /// since it last changed subscriptions, if the store keeps them. `None`: read.
+    ///
+    /// A writer's batch may keep them for its later closures: a subscription committed by
+    /// another process while the batch runs was not answered before the batch's publishes
+    /// were asked for (they were queued when the batch began), so none of them owes it.
+    fn followed_kept(&self, _feed: i64) -> Option<Followed> {
+        None
+    }
+    /// Told of the views that follow a feed, as just read.
+    fn followed_read(&self, _feed: i64, _views: &Followed) {}
+    /// Told that this transaction changed subscriptions: whatever it kept of them is stale.
+    fn subscriptions_changed(&self) {}
 }
+
+/// The views that follow a feed: those with XMPP subscriptions, those with WebSub ones.
+pub type Followed = (Vec<String>, Vec<String>);
 
 /// WebSub subscriptions and the outbox where the two databases differ.
 pub trait HubStatements: Statements {

@@ -223,6 +223,9 @@ impl<D: Driver> ReadTx for SqlTx<D> {
     }
 
     fn followed_views(&self, feed: i64) -> StoreResult<(Vec<String>, Vec<String>)> {
+        if let Some(kept) = self.driver.followed_kept(feed) {
+            return Ok(kept);
+        }
         let rows = self.rows(
             "SELECT view, CAST(0 AS BIGINT) FROM subscriptions WHERE feed = ?1
              UNION SELECT view, CAST(1 AS BIGINT) FROM hub_subscriptions WHERE feed = ?1
@@ -231,7 +234,9 @@ impl<D: Driver> ReadTx for SqlTx<D> {
             |r| Ok((r.text(0)?, r.int(1)? == 1)),
         )?;
         let (hub, xmpp): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, hub)| *hub);
-        Ok((xmpp.into_iter().map(|(v, _)| v).collect(), hub.into_iter().map(|(v, _)| v).collect()))
+        let followed = (xmpp.into_iter().map(|(v, _)| v).collect(), hub.into_iter().map(|(v, _)| v).collect());
+        self.driver.followed_read(feed, &followed);
+        Ok(followed)
     }
 
     fn hub_subscriptions(&self, after: i64, limit: usize) -> StoreResult<Vec<HubSubscription>> {
@@ -337,6 +342,7 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     }
 
     fn put_subscription(&mut self, feed: i64, sub: &Subscription) -> StoreResult<()> {
+        self.driver.subscriptions_changed();
         let (view, jid, node, subid) = (sub.view.as_str(), sub.jid.as_str(), sub.node.as_str(), sub.subid.as_str());
         let args =
             [Arg::Int(feed), Arg::Text(view), Arg::Text(jid), Arg::Text(bare(jid)), Arg::Text(node), Arg::Text(subid)];
@@ -349,6 +355,7 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     }
 
     fn delete_subscription(&mut self, feed: i64, view: &str, jid: &str) -> StoreResult<bool> {
+        self.driver.subscriptions_changed();
         Ok(self.execute(
             "DELETE FROM subscriptions WHERE feed = ?1 AND view = ?2 AND jid = ?3",
             &[Arg::Int(feed), Arg::Text(view), Arg::Text(jid)],
@@ -356,15 +363,18 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     }
 
     fn delete_subscriptions_of(&mut self, jid: &str) -> StoreResult<u64> {
+        self.driver.subscriptions_changed();
         // Through the `bare` index: a JID's subscriptions are among its bare JID's.
         self.execute("DELETE FROM subscriptions WHERE bare = ?1 AND jid = ?2", &[Arg::Text(bare(jid)), Arg::Text(jid)])
     }
 
     fn put_hub_subscription(&mut self, sub: &HubSubscription) -> StoreResult<HubSubscription> {
+        self.driver.subscriptions_changed();
         self.driver.upsert_hub_subscription(sub)
     }
 
     fn delete_hub_subscription(&mut self, feed: i64, view: &str, callback: &str) -> StoreResult<bool> {
+        self.driver.subscriptions_changed();
         Ok(self.execute(
             "DELETE FROM hub_subscriptions WHERE feed = ?1 AND view = ?2 AND callback = ?3",
             &[Arg::Int(feed), Arg::Text(view), Arg::Text(callback)],
@@ -372,6 +382,7 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     }
 
     fn expire_hub_subscriptions(&mut self, now: i64) -> StoreResult<Vec<i64>> {
+        self.driver.subscriptions_changed();
         self.rows("DELETE FROM hub_subscriptions WHERE expires <= ?1 RETURNING id", &[Arg::Int(now)], |r| r.int(0))
     }
 
