@@ -15,16 +15,16 @@
 use crate::payload;
 use deadpool_postgres::Object;
 use feed::outbox::OutboxEntry;
-use feed::ports::{FeedRow, StoreError, StoreResult};
+use feed::ports::{StoreError, StoreResult};
 use feed::{Cursor, Item, Key};
 use futures::future::join_all;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use store_sql::batch_kept::Kept;
 use store_sql::dialect::{Arg, Dialect, Statement};
-use store_sql::driver::{Columns, Expect, Followed, Statements};
+use store_sql::driver::{Columns, Expect, Statements};
 use tokio::runtime::Handle;
 use tokio_postgres::Row;
 use tokio_postgres::Statement as Prepared;
@@ -94,19 +94,6 @@ pub(crate) struct PgConn<'c> {
     kept: Option<&'c Kept>,
 }
 
-/// What a writer's batch keeps of what it read, for its later closures.
-#[derive(Clone, Default)]
-pub(crate) struct BatchKept {
-    /// The rows of the feeds the batch holds locked, as it has them, by name.
-    feeds: HashMap<String, FeedRow>,
-    /// The views that follow each feed, by feed id, as read since the batch last changed
-    /// subscriptions (see `FeedStatements::followed_kept`).
-    followed: HashMap<i64, Followed>,
-}
-
-/// [`BatchKept`], as the closures of a batch share it.
-pub(crate) type Kept = RefCell<BatchKept>;
-
 impl<'c> PgConn<'c> {
     /// A connection in a read snapshot.
     pub(crate) fn new(client: &'c Object, blocking: &'c Blocking) -> PgConn<'c> {
@@ -122,34 +109,9 @@ impl<'c> PgConn<'c> {
         PgConn { client, blocking, failed: RefCell::new(None), pending: RefCell::new(Vec::new()), kept }
     }
 
-    /// The row of a feed the batch holds locked.
-    pub(crate) fn locked(&self, name: &str) -> Option<FeedRow> {
-        self.kept?.borrow().feeds.get(name).cloned()
-    }
-
-    /// Keeps a feed's row as the batch holds it locked.
-    pub(crate) fn lock_kept(&self, row: &FeedRow) {
-        if let Some(kept) = self.kept {
-            kept.borrow_mut().feeds.insert(row.name.clone(), row.clone());
-        }
-    }
-
-    /// The views that follow a feed, as the batch read them.
-    pub(crate) fn followed(&self, feed: i64) -> Option<Followed> {
-        self.kept?.borrow().followed.get(&feed).cloned()
-    }
-
-    /// Keeps the views that follow a feed (`None`: forgets them all, subscriptions changed).
-    pub(crate) fn keep_followed(&self, followed: Option<(i64, &Followed)>) {
-        if let Some(kept) = self.kept {
-            let map = &mut kept.borrow_mut().followed;
-            match followed {
-                Some((feed, views)) => {
-                    map.insert(feed, views.clone());
-                }
-                None => map.clear(),
-            }
-        }
+    /// What the writer's batch keeps for its later closures (none in a read snapshot).
+    pub(crate) fn kept(&self) -> Option<&'c Kept> {
+        self.kept
     }
 
     /// Keeps a write to send with the next statement.

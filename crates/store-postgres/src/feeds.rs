@@ -8,10 +8,11 @@
 
 use crate::connection::{Owned, PgConn, owned};
 use crate::payload;
-use feed::ports::{FeedRow, StoreError, StoreResult};
+use feed::ports::{StoreError, StoreResult};
 use feed::{Change, Item};
+use store_sql::batch_kept::Kept;
 use store_sql::dialect::{Arg, Statement};
-use store_sql::driver::{Expect, FeedStatements, Followed, Statements};
+use store_sql::driver::{Expect, FeedStatements, Statements};
 
 impl FeedStatements for PgConn<'_> {
     /// `FOR NO KEY UPDATE`: publishers of this feed, in this process or another, queue here
@@ -94,27 +95,10 @@ impl FeedStatements for PgConn<'_> {
         }
     }
 
-    /// The writer's batch keeps the lock until its COMMIT: the row it has is the row.
-    fn locked_feed(&self, name: &str) -> Option<FeedRow> {
-        self.locked(name)
-    }
-
-    fn feed_locked(&self, row: &FeedRow) {
-        self.lock_kept(row);
-    }
-
-    /// Each publish reads them: the later ones of a batch find them here, one round trip
-    /// and one statement fewer.
-    fn followed_kept(&self, feed: i64) -> Option<Followed> {
-        self.followed(feed)
-    }
-
-    fn followed_read(&self, feed: i64, views: &Followed) {
-        self.keep_followed(Some((feed, views)));
-    }
-
-    fn subscriptions_changed(&self) {
-        self.keep_followed(None);
+    /// The writer's batch keeps the feeds' rows (it holds their locks until its COMMIT) and
+    /// the views that follow them: later publishes to a feed in the batch read neither.
+    fn kept(&self) -> Option<&Kept> {
+        PgConn::kept(self)
     }
 }
 

@@ -7,13 +7,14 @@
 //! feed take turns across processes, each batch holding the lock until its COMMIT.
 
 use crate::commit_notices;
-use crate::connection::{Blocking, Kept, Param, PgConn};
+use crate::connection::{Blocking, Param, PgConn};
 use crate::error::retryable;
 use deadpool_postgres::{Object, Pool};
 use feed::Change;
 use feed::ports::{StoreError, StoreResult};
 use std::time::Duration;
 use store_sql::batch::WriteJob;
+use store_sql::batch_kept::Kept;
 use store_sql::group_commit::{BatchTransaction, GroupCommit, next_batch};
 use store_sql::transaction::SqlTx;
 use store_sql::writer_thread::WriterThread;

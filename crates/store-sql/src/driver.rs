@@ -8,9 +8,10 @@
 //! ([`Statements`], [`Columns`]), and a few statements that one database spells its own way
 //! or needs alone ([`FeedStatements`], [`HubStatements`], [`ModifiedCounts`]).
 
+use crate::batch_kept::Kept;
 use crate::dialect::{Dialect, Statement};
 use feed::outbox::{HubSubscription, OutboxEntry};
-use feed::ports::{FeedRow, StoreError, StoreResult};
+use feed::ports::{StoreError, StoreResult};
 use feed::{Change, Item};
 
 /// One row of a result, read by column index. A failure is the driver's, as its store maps
@@ -88,29 +89,11 @@ pub trait FeedStatements: Statements {
     /// Told of each change a closure emits, in its transaction, before it is queued for the
     /// change sink.
     fn emitted(&self, _change: &Change) {}
-    /// A feed's row as this transaction has it locked (read under [`LOCK_FEED`], created or
-    /// saved since), if the store keeps it: no other transaction can change it before this
-    /// one ends, so a writer whose batch holds the lock may answer from memory. `None`: read.
-    ///
-    /// [`LOCK_FEED`]: FeedStatements::LOCK_FEED
-    fn locked_feed(&self, _name: &str) -> Option<FeedRow> {
+    /// What the writer's batch keeps of what its closures read, for the later ones
+    /// ([`crate::batch_kept`]); `None` in a read snapshot, which keeps nothing.
+    fn kept(&self) -> Option<&Kept> {
         None
     }
-    /// Told of a feed's row as this transaction now has it locked.
-    fn feed_locked(&self, _row: &FeedRow) {}
-    /// The views that follow a feed (over XMPP, over WebSub), as this transaction read them
-    /// since it last changed subscriptions, if the store keeps them. `None`: read.
-    ///
-    /// A writer's batch may keep them for its later closures: a subscription committed by
-    /// another process while the batch runs was not answered before the batch's publishes
-    /// were asked for (they were queued when the batch began), so none of them owes it.
-    fn followed_kept(&self, _feed: i64) -> Option<Followed> {
-        None
-    }
-    /// Told of the views that follow a feed, as just read.
-    fn followed_read(&self, _feed: i64, _views: &Followed) {}
-    /// Told that this transaction changed subscriptions: whatever it kept of them is stale.
-    fn subscriptions_changed(&self) {}
 }
 
 /// The views that follow a feed: those with XMPP subscriptions, those with WebSub ones.

@@ -12,6 +12,7 @@
 //!   row, and the few statements each database spells its own way.
 //! - [`modified_counts`]: the per-bucket counts of modified seqs, and the walk to a position.
 //! - [`batch`]: a write closure waiting in a batch, and its answer.
+//! - [`batch_kept`]: what a batch's closures read and keep for the later ones.
 //! - [`group_commit`]: a batch's steps, from the queue to the answers.
 //! - [`writer_thread`]: the writer thread and the queue to it, as a store's handle holds them.
 //! - [`migrations`]: which migrations a database still needs.
@@ -20,6 +21,7 @@
 //! traits its stores implement, and the core's types.
 
 pub mod batch;
+pub mod batch_kept;
 pub mod dialect;
 pub mod driver;
 pub mod group_commit;

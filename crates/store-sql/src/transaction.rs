@@ -79,6 +79,20 @@ fn distinct_terms(terms: &[String]) -> Vec<&str> {
 }
 
 impl<D: Driver> SqlTx<D> {
+    /// Keeps a feed's row as this transaction now has it, for the batch's later closures.
+    fn kept_feed(&self, row: &FeedRow) {
+        if let Some(kept) = self.driver.kept() {
+            kept.borrow_mut().keep_feed(row);
+        }
+    }
+
+    /// This transaction changed subscriptions: the views the batch kept are stale.
+    fn subscriptions_changed(&self) {
+        if let Some(kept) = self.driver.kept() {
+            kept.borrow_mut().subscriptions_changed();
+        }
+    }
+
     /// Runs a statement written with `?N` parameters, reading its rows with `read`.
     fn rows<T>(
         &self,
@@ -223,8 +237,8 @@ impl<D: Driver> ReadTx for SqlTx<D> {
     }
 
     fn followed_views(&self, feed: i64) -> StoreResult<(Vec<String>, Vec<String>)> {
-        if let Some(kept) = self.driver.followed_kept(feed) {
-            return Ok(kept);
+        if let Some(views) = self.driver.kept().and_then(|k| k.borrow().followed(feed)) {
+            return Ok(views);
         }
         let rows = self.rows(
             "SELECT view, CAST(0 AS BIGINT) FROM subscriptions WHERE feed = ?1
@@ -235,7 +249,9 @@ impl<D: Driver> ReadTx for SqlTx<D> {
         )?;
         let (hub, xmpp): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, hub)| *hub);
         let followed = (xmpp.into_iter().map(|(v, _)| v).collect(), hub.into_iter().map(|(v, _)| v).collect());
-        self.driver.followed_read(feed, &followed);
+        if let Some(kept) = self.driver.kept() {
+            kept.borrow_mut().keep_followed(feed, &followed);
+        }
         Ok(followed)
     }
 
@@ -283,12 +299,12 @@ impl<D: Driver> ReadTx for SqlTx<D> {
 
 impl<D: Driver> WriteTx for SqlTx<D> {
     fn feed_for_update(&mut self, name: &str) -> StoreResult<Option<FeedRow>> {
-        if let Some(row) = self.driver.locked_feed(name) {
+        if let Some(row) = self.driver.kept().and_then(|k| k.borrow().feed(name)) {
             return Ok(Some(row));
         }
         let row = self.feed_row(name, D::LOCK_FEED)?;
         if let Some(row) = &row {
-            self.driver.feed_locked(row);
+            self.kept_feed(row);
         }
         Ok(row)
     }
@@ -296,7 +312,7 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     fn create_feed(&mut self, name: &str) -> StoreResult<FeedRow> {
         let id = self.driver.insert_feed(name)?;
         let row = FeedRow { id, name: name.to_string(), items: 0, last_t: 0, last_mseq: 0 };
-        self.driver.feed_locked(&row);
+        self.kept_feed(&row);
         Ok(row)
     }
 
@@ -305,7 +321,7 @@ impl<D: Driver> WriteTx for SqlTx<D> {
         let args = [Arg::Int(feed.id), Arg::Int(items), Arg::Int(feed.last_t), Arg::Int(feed.last_mseq)];
         let sql = "UPDATE feeds SET items = ?2, last_t = ?3, last_mseq = ?4 WHERE id = ?1";
         self.write(sql, &args, Expect::One(format!("no feed with id {}", feed.id)))?;
-        self.driver.feed_locked(feed);
+        self.kept_feed(feed);
         Ok(())
     }
 
@@ -342,7 +358,7 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     }
 
     fn put_subscription(&mut self, feed: i64, sub: &Subscription) -> StoreResult<()> {
-        self.driver.subscriptions_changed();
+        self.subscriptions_changed();
         let (view, jid, node, subid) = (sub.view.as_str(), sub.jid.as_str(), sub.node.as_str(), sub.subid.as_str());
         let args =
             [Arg::Int(feed), Arg::Text(view), Arg::Text(jid), Arg::Text(bare(jid)), Arg::Text(node), Arg::Text(subid)];
@@ -355,7 +371,7 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     }
 
     fn delete_subscription(&mut self, feed: i64, view: &str, jid: &str) -> StoreResult<bool> {
-        self.driver.subscriptions_changed();
+        self.subscriptions_changed();
         Ok(self.execute(
             "DELETE FROM subscriptions WHERE feed = ?1 AND view = ?2 AND jid = ?3",
             &[Arg::Int(feed), Arg::Text(view), Arg::Text(jid)],
@@ -363,18 +379,18 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     }
 
     fn delete_subscriptions_of(&mut self, jid: &str) -> StoreResult<u64> {
-        self.driver.subscriptions_changed();
+        self.subscriptions_changed();
         // Through the `bare` index: a JID's subscriptions are among its bare JID's.
         self.execute("DELETE FROM subscriptions WHERE bare = ?1 AND jid = ?2", &[Arg::Text(bare(jid)), Arg::Text(jid)])
     }
 
     fn put_hub_subscription(&mut self, sub: &HubSubscription) -> StoreResult<HubSubscription> {
-        self.driver.subscriptions_changed();
+        self.subscriptions_changed();
         self.driver.upsert_hub_subscription(sub)
     }
 
     fn delete_hub_subscription(&mut self, feed: i64, view: &str, callback: &str) -> StoreResult<bool> {
-        self.driver.subscriptions_changed();
+        self.subscriptions_changed();
         Ok(self.execute(
             "DELETE FROM hub_subscriptions WHERE feed = ?1 AND view = ?2 AND callback = ?3",
             &[Arg::Int(feed), Arg::Text(view), Arg::Text(callback)],
@@ -382,7 +398,7 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     }
 
     fn expire_hub_subscriptions(&mut self, now: i64) -> StoreResult<Vec<i64>> {
-        self.driver.subscriptions_changed();
+        self.subscriptions_changed();
         self.rows("DELETE FROM hub_subscriptions WHERE expires <= ?1 RETURNING id", &[Arg::Int(now)], |r| r.int(0))
     }
 

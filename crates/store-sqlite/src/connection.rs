@@ -7,12 +7,14 @@ use feed::Item;
 use feed::outbox::OutboxEntry;
 use feed::ports::StoreResult;
 use rusqlite::{Connection, params_from_iter};
+use store_sql::batch_kept::Kept;
 use store_sql::dialect::{Dialect, Statement};
 use store_sql::driver::{Columns, Statements};
 
-/// The connection a transaction (snapshot or batch) is open on.
+/// The connection a transaction (snapshot or batch) is open on, and what the writer's batch
+/// keeps for its later closures (none in a snapshot).
 #[derive(Clone, Copy)]
-pub(crate) struct SqliteConn<'c>(pub(crate) &'c Connection);
+pub(crate) struct SqliteConn<'c>(pub(crate) &'c Connection, pub(crate) Option<&'c Kept>);
 
 impl Statements for SqliteConn<'_> {
     const DIALECT: Dialect = Dialect::Sqlite;

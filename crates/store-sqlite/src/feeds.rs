@@ -7,12 +7,20 @@ use crate::connection::SqliteConn;
 use feed::Item;
 use feed::ports::StoreResult;
 use rusqlite::params;
+use store_sql::batch_kept::Kept;
 use store_sql::dialect::{Arg, Statement};
 use store_sql::driver::{FeedStatements, Statements};
 
 impl FeedStatements for SqliteConn<'_> {
     /// None: the one writer thread is the only one that changes feed rows.
     const LOCK_FEED: &'static str = "";
+
+    /// The writer's batch keeps the feeds' rows (its thread is the only one that changes
+    /// them) and the views that follow them: later publishes to a feed in the batch read
+    /// neither.
+    fn kept(&self) -> Option<&Kept> {
+        self.1
+    }
 
     fn feeds_after(after: Option<&str>, limit: i64) -> Statement<'_> {
         let sql =

@@ -107,7 +107,7 @@ mod tests {
     #[test]
     fn counts_and_positions_match_brute_force_across_bucket_edges() {
         let conn = db();
-        let mut tx = SqlTx::new(SqliteConn(&conn));
+        let mut tx = SqlTx::new(SqliteConn(&conn, None));
         let f = tx.create_feed("f").unwrap().id;
         // Both sides of every level's bucket edge.
         let mut seqs: Vec<i64> = vec![1, 2, 3 << 24];
@@ -120,7 +120,7 @@ mod tests {
         for it in &items {
             tx.insert_item(f, it).unwrap();
         }
-        check(SqliteConn(&conn), f, &seqs);
+        check(SqliteConn(&conn, None), f, &seqs);
         // Move the items of the low buckets to the end: their buckets empty and go.
         for (k, at) in [0usize, 2, 3, 7].into_iter().enumerate() {
             let new =
@@ -129,7 +129,7 @@ mod tests {
             seqs[at] = new.modified.seq;
             items[at] = new;
         }
-        check(SqliteConn(&conn), f, &seqs);
+        check(SqliteConn(&conn, None), f, &seqs);
         let rows: i64 = conn.query_row("SELECT COUNT(*) FROM modified_counts WHERE n = 0", [], |r| r.get(0)).unwrap();
         assert_eq!(rows, 0, "empty buckets are deleted");
     }
@@ -206,7 +206,7 @@ mod tests {
             }
         }
         crate::schema::migrate(&mut conn).unwrap();
-        let db = SqliteConn(&conn);
+        let db = SqliteConn(&conn, None);
         for (i, &m) in mseqs.iter().enumerate() {
             assert_eq!(db.count_modified_below(1, m).unwrap(), i as u64, "below {m}");
             assert_eq!(nth(&db, 1, i as u64).unwrap(), Some(Key { t: m, seq: m }), "nth {i}");

@@ -79,7 +79,7 @@ pub(crate) fn snapshot<T>(
     if let Err(e) = conn.execute_batch("BEGIN") {
         return (Err(crate::codec::store_error(e).into()), conn.is_autocommit());
     }
-    let out = catch_unwind(AssertUnwindSafe(|| f(&SqlTx::new(SqliteConn(conn)))));
+    let out = catch_unwind(AssertUnwindSafe(|| f(&SqlTx::new(SqliteConn(conn, None)))));
     // Nothing was written, so COMMIT and ROLLBACK are the same here: either ends the snapshot.
     let end = conn.execute_batch("COMMIT");
     if end.is_err() && !conn.is_autocommit() {

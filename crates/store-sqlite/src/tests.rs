@@ -282,3 +282,81 @@ async fn a_burst_of_reads_runs_a_few_at_a_time_and_all_are_answered() {
     assert!(most >= 2, "reads run side by side: {most}");
     assert!(most <= pool::Pool::at_once(), "at most {} at once: {most}", pool::Pool::at_once());
 }
+
+/// A closure of `steps` for feed "f" the way the core publishes (its row read for update,
+/// which the batch keeps): publishes of these ids; "subscribe" subscribes alice to the
+/// created view; an id ending in "!" is published and then refused.
+fn step(step: &'static str) -> impl FnOnce(&mut dyn WriteTx) -> Result<(), FeedError> + Send + 'static {
+    move |tx| {
+        let mut f = tx.feed_for_update("f")?.expect("the feed");
+        if step == "subscribe" {
+            let view = "f?order=created".to_string();
+            let sub = feed::ports::Subscription {
+                node: view.clone(),
+                view,
+                jid: "alice@localhost".into(),
+                subid: "s".into(),
+            };
+            return Ok(tx.put_subscription(f.id, &sub)?);
+        }
+        let id = step.trim_end_matches('!');
+        let entry = Entry {
+            xml: format!("<entry xmlns='http://www.w3.org/2005/Atom'><id>{id}</id></entry>"),
+            atom_id: None,
+            author: None,
+            categories: vec![],
+        };
+        tx.publish(&mut f, id.into(), entry, 1_700_000_000_000, Order::default())?;
+        if step.ends_with('!') {
+            return Err(FeedError::BadRequest("refused after publishing".into()));
+        }
+        Ok(())
+    }
+}
+
+/// What a batch keeps for its later closures (the feed's row, the views that follow it) is
+/// what they would have read: a closure that fails gives back the row it found, and a
+/// subscription made in the batch reaches the publishes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn what_a_batch_keeps_is_what_its_later_closures_would_read() {
+    let seen: Arc<StdMutex<Vec<Change>>> = Arc::default();
+    let sink_seen = seen.clone();
+    let (_dir, store) = temp_store(Some(Box::new(move |c| sink_seen.lock().unwrap().extend(c))));
+    publish_one(&store, "a".into()).await.unwrap();
+    let (hold, release) = hold_writer(&store).await;
+    let answers: Vec<_> = ["b", "c!", "d", "subscribe", "e"].into_iter().map(|s| queue(&store, step(s))).collect();
+    release.send(()).unwrap();
+    hold.await.unwrap();
+    let mut outcomes = Vec::new();
+    for rx in answers {
+        outcomes.push(rx.await.unwrap().is_ok());
+    }
+    assert_eq!(outcomes, [true, false, true, true, true]);
+    let stored = store
+        .read(|tx| {
+            let f = tx.feed("f")?.expect("feed");
+            let scope = Scope { feed: f.id, by: OrderBy::Created, filter: &Filter::default() };
+            let items = tx.scan(scope, Range { limit: 10, ..Range::default() })?;
+            Ok((f.items, items.into_iter().map(|i| (i.id, i.created.seq)).collect::<Vec<_>>()))
+        })
+        .await
+        .unwrap();
+    let expected: Vec<(String, i64)> = vec![("a".into(), 1), ("b".into(), 2), ("d".into(), 3), ("e".into(), 4)];
+    assert_eq!(stored, (4, expected), "the refused c left no gap in the created seqs");
+    let views: Vec<(String, Vec<String>)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| (c.item.id.clone(), c.views.iter().map(|v| v.view.clone()).collect()))
+        .collect();
+    let none = Vec::<String>::new();
+    assert_eq!(
+        views,
+        [
+            ("a".to_string(), none.clone()),
+            ("b".to_string(), none.clone()),
+            ("d".to_string(), none),
+            ("e".to_string(), vec!["f?order=created".to_string()]),
+        ]
+    );
+}

@@ -10,6 +10,7 @@ use feed::ports::{StoreError, StoreResult};
 use rusqlite::Connection;
 use std::sync::{Arc, Mutex, PoisonError};
 use store_sql::batch::WriteJob;
+use store_sql::batch_kept::Kept;
 use store_sql::group_commit::{BatchTransaction, GroupCommit, Tally, next_batch};
 use store_sql::transaction::SqlTx;
 use store_sql::writer_thread::WriterThread;
@@ -77,7 +78,7 @@ impl Writer {
             if !writes.is_empty() {
                 let stats = &self.stats;
                 let count = |batch| stats.lock().unwrap_or_else(PoisonError::into_inner).count(batch);
-                self.commits.run(&mut Batch(&self.conn), writes, count);
+                self.commits.run(&mut Batch { conn: &self.conn, kept: Kept::default() }, writes, count);
             }
             for read in reads {
                 read(&self.conn);
@@ -86,18 +87,24 @@ impl Writer {
     }
 }
 
-/// One batch's transaction on the write connection.
-struct Batch<'c>(&'c Connection);
+/// One batch's transaction on the write connection, and what its closures keep for the
+/// later ones ([`store_sql::batch_kept`]).
+struct Batch<'c> {
+    conn: &'c Connection,
+    kept: Kept,
+}
 
 impl BatchTransaction for Batch<'_> {
     fn begin(&mut self) -> Result<(), StoreError> {
-        self.0.execute_batch("BEGIN IMMEDIATE").map_err(store_error)
+        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(store_error)
     }
 
     fn run(&mut self, job: &mut dyn WriteJob) -> Result<Option<Vec<Change>>, StoreError> {
-        let conn = self.0;
+        let conn = self.conn;
         run(conn, "SAVEPOINT job").map_err(store_error)?;
-        let mut tx = SqlTx::new(SqliteConn(conn));
+        // What the closure finds kept; given back if it fails, as its savepoint is.
+        let before = self.kept.borrow().clone();
+        let mut tx = SqlTx::new(SqliteConn(conn, Some(&self.kept)));
         let ok = job.run(&mut tx);
         let emitted = tx.take_changes();
         // Some errors (disk full, I/O) make SQLite roll the whole transaction back by
@@ -108,6 +115,7 @@ impl BatchTransaction for Batch<'_> {
         let end = if ok {
             run(conn, "RELEASE job")
         } else {
+            *self.kept.borrow_mut() = before;
             run(conn, "ROLLBACK TO job").and_then(|()| run(conn, "RELEASE job"))
         };
         end.map_err(store_error)?;
@@ -115,14 +123,14 @@ impl BatchTransaction for Batch<'_> {
     }
 
     fn commit(&mut self, _changes: &[Change]) -> Result<(), StoreError> {
-        self.0.execute_batch("COMMIT").map_err(store_error)
+        self.conn.execute_batch("COMMIT").map_err(store_error)
     }
 
     fn roll_back(&mut self) {
         // A failed COMMIT (e.g. busy) leaves the transaction open: end it, or the next
         // batch's BEGIN would fail too.
-        if !self.0.is_autocommit()
-            && let Err(e) = self.0.execute_batch("ROLLBACK")
+        if !self.conn.is_autocommit()
+            && let Err(e) = self.conn.execute_batch("ROLLBACK")
         {
             tracing::error!(error = %e, "rollback after a failed batch failed");
         }
