@@ -32,6 +32,10 @@ command -v libervia-cli >/dev/null 2>&1 || missing+=(libervia-cli)
 command -v libervia-backend >/dev/null 2>&1 || missing+=(libervia-backend)
 command -v dbus-daemon >/dev/null 2>&1 || missing+=(dbus)
 dpkg -s python3-slixmpp >/dev/null 2>&1 || missing+=(python3-slixmpp)
+# The Debian package's test: cargo-deb finds the binary's library dependencies with
+# dpkg-shlibdeps, and the test reads the packaged binary's sections with readelf.
+command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
+command -v readelf >/dev/null 2>&1 || missing+=(binutils)
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "installing ${missing[*]} (Debian packages)..." >&2
 	if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
