@@ -60,6 +60,9 @@
 #                            second would stand by). CPU is that of the first instance.
 #   BENCH_PUBLISH_ITEMS      entries per publish run [2000]
 #   BENCH_PUBLISH_IN_FLIGHT  publishes in flight [64]
+#   BENCH_PUBLISH_NODES      smartfeeds' publishes spread over this many feeds, bench-0 …
+#                            (created by the first publish), instead of all to one [1]: many
+#                            feeds written at once, as against one hot feed
 #   BENCH_PULL_PAGES         pages per pull run [2000]
 #   BENCH_PULL_MAX           items per page [50]
 #   BENCH_PULL_IN_FLIGHT     page requests in flight [32]
@@ -98,6 +101,7 @@ stores=${BENCH_STORES:-sqlite}
 duration=${BENCH_DURATION:-300}
 publish_items=${BENCH_PUBLISH_ITEMS:-2000}
 publish_in_flight=${BENCH_PUBLISH_IN_FLIGHT:-64}
+publish_nodes=${BENCH_PUBLISH_NODES:-1}
 pull_pages=${BENCH_PULL_PAGES:-2000}
 pull_max=${BENCH_PULL_MAX:-50}
 pull_in_flight=${BENCH_PULL_IN_FLIGHT:-32}
@@ -579,7 +583,11 @@ for host in $hosts; do
 					http/pull) run "$host/$name" "$jid" http-pull --pages "$pull_pages" --max "$pull_max" \
 						--in-flight "$pull_in_flight" ;;
 					http/fanout) ;; # pushes over HTTP are long-polls and WebSub: scripts/bench-http.sh, bench-websub.sh
-					*/publish) run "$host/$name" "$jid" publish --items "$publish_items" --in-flight "$publish_in_flight" ;;
+					*/publish)
+						spread=()
+						[[ $name == smartfeeds* ]] && spread=(--nodes "$publish_nodes")
+						run "$host/$name" "$jid" publish --items "$publish_items" --in-flight "$publish_in_flight" "${spread[@]}"
+						;;
 					*/pull) run "$host/$name" "$jid" pull --pages "$pull_pages" --max "$pull_max" \
 						--in-flight "$pull_in_flight" "--$paging" ;;
 					*/fanout) run "$host/$name" "$jid" fanout --subscribers "$fanout_subscribers" \
@@ -607,5 +615,5 @@ fi
 echo "# $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1); load average at start: $load_at_start, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 [ -z "${pgbench_line:-}" ] || echo "$pgbench_line"
 echo "# prosody $(dpkg-query -W -f='${Version}' prosody 2>/dev/null || echo '?'), ejabberd $(dpkg-query -W -f='${Version}' ejabberd 2>/dev/null || echo '?'); $rounds rounds"
-echo "# publish: $publish_items entries, $publish_in_flight in flight; pull: $pull_pages pages of $pull_max, $pull_in_flight in flight; fan-out: $fanout_subscribers subscribers x $fanout_publishes publishes, publisher ${BENCH_FANOUT_PUBLISHER:-same}, $fanout_receivers receiving connection(s), client sessions: $fanout_sessions"
+echo "# publish: $publish_items entries, $publish_in_flight in flight, over $publish_nodes feed(s) (smartfeeds); pull: $pull_pages pages of $pull_max, $pull_in_flight in flight; fan-out: $fanout_subscribers subscribers x $fanout_publishes publishes, publisher ${BENCH_FANOUT_PUBLISHER:-same}, $fanout_receivers receiving connection(s), client sessions: $fanout_sessions"
 "$load" compare "$results"

@@ -208,6 +208,18 @@ pub trait Store: Clone + Send + Sync + 'static {
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static;
+
+    /// [`write`](Self::write) for a closure whose first act is to lock `feed`'s row
+    /// ([`WriteTx::feed_for_update`]): a store whose batches may lock several feeds, with
+    /// other processes writing too, locks all the feeds a batch names first, in one order.
+    fn write_to<T, F>(&self, feed: &str, f: F) -> impl Future<Output = Result<T, FeedError>> + Send
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
+    {
+        let _ = feed;
+        self.write(f)
+    }
 }
 
 /// Which feeds this instance pushes, when several instances share one store (see

@@ -35,6 +35,11 @@ pub struct PublishArgs {
     /// Publish from this JID of our domain (default: the domain itself).
     #[arg(long)]
     pub from: Option<String>,
+    /// Spread the entries over this many nodes, `NODE-0` … `NODE-{N-1}` in turn (one: all
+    /// to `NODE`): many feeds written at once instead of one hot feed. The nodes must exist
+    /// or be created by a publish (smartfeeds with `autocreate` and an admin publisher).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub nodes: u64,
 }
 
 /// A per-run prefix for item ids.
@@ -42,8 +47,8 @@ pub fn default_prefix(letter: &str) -> String {
     format!("{letter}{}", chrono::Utc::now().timestamp_millis())
 }
 
-/// Publishes `args.items` entries with `send(id, title, payload_bytes)`, `opts.in_flight` at
-/// once until `deadline`; the figures go into `report`.
+/// Publishes `args.items` entries with `send(i, id, title, payload_bytes)`, `opts.in_flight`
+/// at once until `deadline`; the figures go into `report`.
 pub async fn measure<F, Fut>(
     opts: &RunOpts,
     deadline: Instant,
@@ -53,7 +58,7 @@ pub async fn measure<F, Fut>(
     send: F,
 ) -> Report
 where
-    F: Fn(String, String, usize) -> Fut,
+    F: Fn(u64, String, String, usize) -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
     let prefix = args.prefix.clone().unwrap_or_else(|| default_prefix(letter));
@@ -61,7 +66,7 @@ where
     let started = Instant::now();
     let mut tally = pool::run_indexed(args.items, opts.in_flight, deadline, |i| {
         let t0 = Instant::now();
-        let sent = send(format!("{prefix}-{i}"), format!("Load item {i}"), args.payload_bytes as usize);
+        let sent = send(i, format!("{prefix}-{i}"), format!("Load item {i}"), args.payload_bytes as usize);
         async move { sent.await.map(|()| t0.elapsed()) }
     })
     .await;
@@ -76,10 +81,16 @@ where
 
 pub async fn run(ctx: &Ctx, args: &PublishArgs) -> Result<Report, String> {
     let (c, timeout): (_, Duration) = (&ctx.common, ctx.timeout());
-    let send = |id: String, title: String, padding: usize| async move {
-        let payload = publish(&c.node, &id, &title, padding);
+    let send = |i: u64, id: String, title: String, padding: usize| async move {
+        let node = match args.nodes {
+            1 => c.node.clone(),
+            n => format!("{}-{}", c.node, i % n),
+        };
+        let payload = publish(&node, &id, &title, padding);
         let reply = ctx.link.iq("set", args.from.as_deref(), &c.service, &payload, timeout).await;
         outcome(&reply.map_err(|e| e.to_string())?)
     };
-    Ok(measure(&c.run, ctx.deadline, &args.entries, "p", ctx.report("publish"), send).await)
+    let mut report = measure(&c.run, ctx.deadline, &args.entries, "p", ctx.report("publish"), send).await;
+    report.int("nodes", args.nodes);
+    Ok(report)
 }

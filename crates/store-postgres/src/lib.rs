@@ -232,4 +232,12 @@ impl Store for PostgresStore {
     {
         self.inner.writer.clone().write(f)
     }
+
+    fn write_to<T, F>(&self, feed: &str, f: F) -> impl Future<Output = Result<T, FeedError>> + Send
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
+    {
+        self.inner.writer.clone().write_to(feed.to_string(), f)
+    }
 }

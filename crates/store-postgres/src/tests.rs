@@ -600,3 +600,53 @@ async fn one_batch(store: &PostgresStore, steps: &[&'static str]) {
         q.await.unwrap().unwrap();
     }
 }
+
+/// Two instances on one database, each with a batch that publishes to two feeds in the
+/// opposite order of the other's: each batch locks its feeds in name order before any of
+/// its closures runs, so neither waits on the other in a cycle, and every publish succeeds
+/// (PostgreSQL would otherwise break the deadlock by failing one of them).
+#[test]
+fn two_instances_batches_over_the_same_feeds_never_deadlock() {
+    runtime().block_on(async {
+        let url = fresh().await;
+        let one = PostgresStore::connect(&url, None).await.unwrap();
+        let two = PostgresStore::connect(&url, None).await.unwrap();
+        for feed in ["a", "b"] {
+            one.write(move |tx| tx.create_feed(feed).map(drop).map_err(Into::into)).await.unwrap();
+        }
+        // Each writer held by a slow closure while its next publishes queue up behind it.
+        let hold = |s: PostgresStore| {
+            tokio::spawn(async move {
+                s.write(|_| {
+                    std::thread::sleep(Duration::from_millis(400));
+                    Ok(())
+                })
+                .await
+            })
+        };
+        let (held_one, held_two) = (hold(one.clone()), hold(two.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut queued = Vec::new();
+        for (store, feeds) in [(&one, ["a", "b"]), (&two, ["b", "a"])] {
+            for feed in feeds {
+                let s = store.clone();
+                queued.push(tokio::spawn(async move {
+                    s.write_to(feed, move |tx| {
+                        let mut f = tx.feed_for_update(feed)?.expect("the feed");
+                        let id = format!("{}-{feed}", f.items);
+                        tx.publish(&mut f, id.clone(), entry(&id), 5, Order::default()).map(drop)
+                    })
+                    .await
+                }));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        held_one.await.unwrap().unwrap();
+        held_two.await.unwrap().unwrap();
+        for q in queued {
+            q.await.unwrap().expect("no publish fails");
+        }
+        let items = one.read(|tx| Ok((tx.feed("a")?.unwrap().items, tx.feed("b")?.unwrap().items))).await.unwrap();
+        assert_eq!(items, (2, 2));
+    })
+}

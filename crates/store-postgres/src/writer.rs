@@ -11,7 +11,7 @@ use crate::connection::{Blocking, Param, PgConn};
 use crate::error::retryable;
 use deadpool_postgres::{Object, Pool};
 use feed::Change;
-use feed::ports::{StoreError, StoreResult};
+use feed::ports::{StoreError, StoreResult, WriteTx};
 use std::time::Duration;
 use store_sql::batch::WriteJob;
 use store_sql::batch_kept::Kept;
@@ -117,6 +117,21 @@ impl Batch<'_> {
 impl BatchTransaction for Batch<'_> {
     fn begin(&mut self) -> Result<(), StoreError> {
         self.conn = Some(begin(self.pool, self.blocking, "BEGIN; SAVEPOINT job")?);
+        Ok(())
+    }
+
+    /// One after the other in name order, each kept for the closures (which then read it
+    /// from the batch): the round trips they would have made themselves.
+    fn lock_feeds(&mut self, feeds: &[&str]) -> Result<(), StoreError> {
+        let (conn, blocking) = (self.conn()?, self.blocking);
+        let mut tx = SqlTx::new(PgConn::writing(conn, blocking, &self.kept));
+        for feed in feeds {
+            let locked = tx.feed_for_update(feed);
+            if let Some(e) = tx.driver().take_failure() {
+                return Err(e);
+            }
+            locked?;
+        }
         Ok(())
     }
 

@@ -21,6 +21,11 @@ pub trait WriteJob: Send {
     fn fail(&mut self, e: FeedError);
     /// Answers the caller once the batch's fate is known.
     fn answer(self: Box<Self>, batch: Result<(), StoreError>);
+    /// The feed whose row the closure locks first, when its caller said so
+    /// (`Store::write_to`): the batch may lock it before any closure runs.
+    fn feed(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A typed write closure awaiting its turn, then its answer.
@@ -28,11 +33,18 @@ pub struct Pending<T, F> {
     f: Option<F>,
     result: Option<Result<T, FeedError>>,
     reply: oneshot::Sender<Result<T, FeedError>>,
+    feed: Option<String>,
 }
 
 impl<T, F> Pending<T, F> {
     pub fn new(f: F, reply: oneshot::Sender<Result<T, FeedError>>) -> Pending<T, F> {
-        Pending { f: Some(f), result: None, reply }
+        Pending { f: Some(f), result: None, reply, feed: None }
+    }
+
+    /// The same, for a closure that locks `feed`'s row first ([`WriteJob::feed`]).
+    pub fn locking(mut self, feed: String) -> Pending<T, F> {
+        self.feed = Some(feed);
+        self
     }
 }
 
@@ -68,5 +80,9 @@ where
         };
         // The caller may have stopped waiting; the write stands either way.
         let _ = self.reply.send(out);
+    }
+
+    fn feed(&self) -> Option<&str> {
+        self.feed.as_deref()
     }
 }

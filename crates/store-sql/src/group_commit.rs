@@ -39,6 +39,13 @@ pub fn next_batch<J>(jobs: &mut Receiver<J>) -> Option<Vec<J>> {
 pub trait BatchTransaction {
     /// Begins the transaction.
     fn begin(&mut self) -> Result<(), StoreError>;
+    /// Locks the rows of `feeds` (sorted, distinct: the feeds the batch's jobs said they
+    /// lock first) before any job runs, where other processes write the same database: so
+    /// every batch takes its feeds' locks in one order, and two processes' batches never
+    /// wait on each other in a cycle (which the database would break by failing one).
+    fn lock_feeds(&mut self, _feeds: &[&str]) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Runs one job in its own savepoint: the changes it emitted when it succeeded, `None`
     /// when it failed (its savepoint rolled back, the others' work kept), an error when the
     /// whole transaction is lost.
@@ -84,7 +91,10 @@ impl GroupCommit {
         let started = Instant::now();
         let mut changes = Vec::new();
         let mut succeeded = 0;
-        let outcome = db.begin().and_then(|()| {
+        let mut feeds: Vec<&str> = jobs.iter().filter_map(|j| j.feed()).collect();
+        feeds.sort_unstable();
+        feeds.dedup();
+        let outcome = db.begin().and_then(|()| db.lock_feeds(&feeds)).and_then(|()| {
             for job in jobs.iter_mut() {
                 if let Some(emitted) = db.run(job.as_mut())? {
                     succeeded += 1;

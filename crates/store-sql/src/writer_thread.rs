@@ -61,8 +61,30 @@ impl<J: Send + 'static> WriterThread<J> {
         T: Send + 'static,
         F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
     {
+        self.write_job(|tx| Pending::new(f, tx)).await
+    }
+
+    /// [`write`](Self::write) for a closure that locks `feed`'s row first (`Store::write_to`).
+    pub async fn write_to<T, F>(self: Arc<Self>, feed: String, f: F) -> Result<T, FeedError>
+    where
+        J: From<Box<dyn WriteJob>>,
+        T: Send + 'static,
+        F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
+    {
+        self.write_job(|tx| Pending::new(f, tx).locking(feed)).await
+    }
+
+    async fn write_job<T, F>(
+        self: Arc<Self>,
+        pending: impl FnOnce(oneshot::Sender<Result<T, FeedError>>) -> Pending<T, F>,
+    ) -> Result<T, FeedError>
+    where
+        J: From<Box<dyn WriteJob>>,
+        T: Send + 'static,
+        F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
-        let job: Box<dyn WriteJob> = Box::new(Pending::new(f, tx));
+        let job: Box<dyn WriteJob> = Box::new(pending(tx));
         self.submit(J::from(job)).await?;
         // A queued write does not keep the store open: the last handle's drop may shut the
         // writer down, which still finishes this job first.

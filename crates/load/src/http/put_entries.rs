@@ -22,7 +22,8 @@ pub async fn put(ctx: &HttpCtx, id: &str, title: &str, payload_bytes: usize) -> 
 }
 
 pub async fn run(ctx: &HttpCtx, args: &EntryArgs) -> Result<Report, String> {
-    let send =
-        |id: String, title: String, padding: usize| async move { put(ctx, &id, &title, padding).await.map(drop) };
+    let send = |_: u64, id: String, title: String, padding: usize| async move {
+        put(ctx, &id, &title, padding).await.map(drop)
+    };
     Ok(measure(&ctx.common.run, ctx.deadline, args, "h", ctx.report("publish"), send).await)
 }
