@@ -4,7 +4,9 @@
 //!
 //! Several processes may write to one database: each has its own writer. A closure that
 //! stamps items locks its feed's row first (`WriteTx::feed_for_update`), so writers of one
-//! feed take turns across processes, each batch holding the lock until its COMMIT.
+//! feed take turns across processes, each batch holding the lock until its COMMIT. The feeds
+//! a batch's jobs name (`Store::write_to`) are locked first, in name order, so two processes'
+//! batches over the same feeds never wait on each other in a cycle.
 
 use crate::commit_notices;
 use crate::connection::{Blocking, Param, PgConn};
