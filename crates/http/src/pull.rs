@@ -207,18 +207,24 @@ pub(crate) async fn shared_read<S: Store>(
 ) -> Result<Arc<(i64, Page)>, FeedError> {
     let read = {
         let (st, view, asked) = (st.clone(), view.clone(), asked.clone());
-        || async move {
-            let g = st.generations.get(&st.svc, &view).await?;
-            Ok(Arc::new((g, st.svc.pull_view(&view, asked.1.clone()).await?)))
-        }
+        || async move { read_now(&st, &view, &asked.1).await }
     };
     let shared = st.flights.get(asked.clone(), generation, read).await?;
     if shared.0 >= seen {
         return Ok(shared);
     }
     // Rare (a request racing its own write's wake-up): its own read, not shared.
+    read_now(st, view, &asked.1).await
+}
+
+/// The feed's generation, then the page `asked` of `view`.
+async fn read_now<S: Store>(
+    st: &HttpState<S>,
+    view: &Readable,
+    asked: &PullRequest,
+) -> Result<Arc<(i64, Page)>, FeedError> {
     let g = st.generations.get(&st.svc, view).await?;
-    Ok(Arc::new((g, st.svc.pull_view(view, asked.1.clone()).await?)))
+    Ok(Arc::new((g, st.svc.pull_view(view, asked.clone()).await?)))
 }
 
 /// A long-poll whose page was empty, held until an item enters the view or its deadline

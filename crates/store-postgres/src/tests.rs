@@ -294,16 +294,16 @@ async fn subscribe(store: &PostgresStore, jid: &str) {
                 Some(f) => f,
                 None => tx.create_feed("f")?,
             };
-            let sub = feed::ports::Subscription {
-                node: "f?order=created".into(),
-                view: "f?order=created".into(),
-                jid,
-                subid: "s".into(),
-            };
-            Ok(tx.put_subscription(f.id, &sub)?)
+            Ok(tx.put_subscription(f.id, &created_view(jid))?)
         })
         .await
         .unwrap();
+}
+
+/// `jid`'s subscription to feed "f"'s view in created order.
+fn created_view(jid: String) -> feed::ports::Subscription {
+    let view = "f?order=created".to_string();
+    feed::ports::Subscription { node: view.clone(), view, jid, subid: "s".into() }
 }
 
 /// The next thing a relay hands over.
@@ -579,14 +579,7 @@ async fn one_batch(store: &PostgresStore, steps: &[&'static str]) {
             s.write(move |tx| {
                 let mut f = tx.feed_for_update("f")?.expect("the feed");
                 if step == "subscribe" {
-                    let view = "f?order=created".to_string();
-                    let sub = feed::ports::Subscription {
-                        node: view.clone(),
-                        view,
-                        jid: "alice@localhost".into(),
-                        subid: "s".into(),
-                    };
-                    return Ok(tx.put_subscription(f.id, &sub)?);
+                    return Ok(tx.put_subscription(f.id, &created_view("alice@localhost".into()))?);
                 }
                 tx.publish(&mut f, step.into(), entry(step), 2, Order::default())?;
                 Ok(())

@@ -144,10 +144,8 @@ impl Drop for Standalone {
                 Some(None) => "running".to_string(),
                 None => "stopped by the test".to_string(),
             };
-            let log = self.log();
-            let tail: Vec<&str> = log.lines().rev().take(60).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            eprintln!("smartfeeds on {} ({state}), the end of its log:\n{}", self.base, tail.join("\n"));
+            let tail = logs::tail("smartfeeds", &[("smartfeeds.log", self.log_path())], 60);
+            eprintln!("smartfeeds on {} ({state}):\n{tail}", self.base);
         }
     }
 }
