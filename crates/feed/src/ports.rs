@@ -210,14 +210,16 @@ pub trait Store: Clone + Send + Sync + 'static {
         F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static;
 
     /// [`write`](Self::write) for a closure whose first act is to lock `feed`'s row
-    /// ([`WriteTx::feed_for_update`]): a store whose batches may lock several feeds, with
-    /// other processes writing too, locks all the feeds a batch names first, in one order.
-    fn write_to<T, F>(&self, feed: &str, f: F) -> impl Future<Output = Result<T, FeedError>> + Send
+    /// ([`WriteTx::feed_for_update`]) and whose next is to read its item `item`: a store whose
+    /// batches may lock several feeds, with other processes writing too, locks all the feeds
+    /// a batch names first, in one order; a store to which each read is a round trip reads
+    /// the items a batch names with them.
+    fn write_to<T, F>(&self, feed: &str, item: &str, f: F) -> impl Future<Output = Result<T, FeedError>> + Send
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
     {
-        let _ = feed;
+        let _ = (feed, item);
         self.write(f)
     }
 }

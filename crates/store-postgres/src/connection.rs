@@ -9,16 +9,26 @@
 //! Each of those calls is a round trip to the server, which is what a write costs most
 //! (a publish is a dozen statements). So writes whose only answer is a count to check
 //! ([`Statements::write`]) are kept pending and sent in one pipeline with the next
-//! statement that needs an answer, or with the end of the closure ([`PgConn::round_trip`]):
-//! in order, each checked, the first failure failing the closure as it would have at once.
+//! statement that needs an answer ([`PgConn::round_trip`]): in order, each checked, the
+//! first failure failing the closure as it would have at once.
+//!
+//! In the writer's batch, what is pending goes on from one closure to the next
+//! ([`Carried`]), to the batch's COMMIT at the latest: a closure that asks the server
+//! nothing (a publish whose feed, item and views the batch has read already) costs no round
+//! trip of its own. A closure's savepoint is set, in the pipeline ahead of its writes, only
+//! when one of its statements goes out before it has ended: until then its writes are
+//! undone by dropping them. A write that fails after its closure has ended fails the whole
+//! batch (see `writer`).
 
 use crate::payload;
 use deadpool_postgres::Object;
 use feed::outbox::OutboxEntry;
 use feed::ports::{StoreError, StoreResult};
 use feed::{Cursor, Item, Key};
+use futures::TryFutureExt;
+use futures::future::Either;
 use futures::future::join_all;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,11 +83,30 @@ macro_rules! owned {
 }
 pub(crate) use owned;
 
-/// A write sent with the next statement (see the module's doc).
-struct Pending {
-    sql: String,
-    params: Vec<Owned>,
-    expect: Expect,
+/// A write sent with the next statement (see the module's doc), or the savepoint of the
+/// closure whose writes follow it.
+pub(crate) enum Pending {
+    Write { sql: String, params: Vec<Owned>, expect: Expect },
+    Savepoint,
+}
+
+/// What the writer's batch carries from one closure to the next: the writes not sent yet,
+/// and whether a savepoint is set (the next is then set by releasing it first).
+#[derive(Default)]
+pub(crate) struct Carried {
+    pub(crate) pending: Vec<Pending>,
+    pub(crate) savepoint: bool,
+}
+
+/// Where a connection's statements run: what a failure fails, and whether a savepoint is
+/// set before them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// A read snapshot, or the batch's own statements (its locks, its COMMIT): a failure
+    /// fails the caller.
+    Plain,
+    /// A closure of the writer's batch, after `earlier` writes of the closures before it.
+    Closure { earlier: usize },
 }
 
 /// A connection inside a transaction the caller owns (a `REPEATABLE READ READ ONLY`
@@ -90,6 +119,14 @@ pub(crate) struct PgConn<'c> {
     failed: RefCell<Option<StoreError>>,
     /// Writes not sent yet, in order.
     pending: RefCell<Vec<Pending>>,
+    /// Whether a savepoint is set in the batch's transaction.
+    savepoint: Cell<bool>,
+    scope: Cell<Scope>,
+    /// Whether this closure's own savepoint has been sent: then undoing it takes a
+    /// `ROLLBACK TO`, not just dropping its pending writes.
+    sent_own: Cell<bool>,
+    /// A write of an earlier closure that failed: the batch is lost.
+    lost: RefCell<Option<StoreError>>,
     /// What the writer's batch keeps for its later closures (nothing in a read snapshot).
     kept: Option<&'c Kept>,
 }
@@ -97,16 +134,60 @@ pub(crate) struct PgConn<'c> {
 impl<'c> PgConn<'c> {
     /// A connection in a read snapshot.
     pub(crate) fn new(client: &'c Object, blocking: &'c Blocking) -> PgConn<'c> {
-        PgConn::with(client, blocking, None)
+        PgConn::with(client, blocking, None, Carried::default(), Scope::Plain)
     }
 
-    /// A connection in the writer's batch transaction, which keeps what it reads in `kept`.
-    pub(crate) fn writing(client: &'c Object, blocking: &'c Blocking, kept: &'c Kept) -> PgConn<'c> {
-        PgConn::with(client, blocking, Some(kept))
+    /// A connection in the writer's batch transaction, for the batch's own statements, after
+    /// what the closures before them left pending.
+    pub(crate) fn batch(client: &'c Object, blocking: &'c Blocking, kept: &'c Kept, carried: Carried) -> PgConn<'c> {
+        PgConn::with(client, blocking, Some(kept), carried, Scope::Plain)
     }
 
-    fn with(client: &'c Object, blocking: &'c Blocking, kept: Option<&'c Kept>) -> PgConn<'c> {
-        PgConn { client, blocking, failed: RefCell::new(None), pending: RefCell::new(Vec::new()), kept }
+    /// A connection in the writer's batch transaction for one closure, after what the
+    /// closures before it left pending; it keeps what it reads in `kept`.
+    pub(crate) fn closure(client: &'c Object, blocking: &'c Blocking, kept: &'c Kept, carried: Carried) -> PgConn<'c> {
+        let earlier = carried.pending.len();
+        PgConn::with(client, blocking, Some(kept), carried, Scope::Closure { earlier })
+    }
+
+    fn with(
+        client: &'c Object,
+        blocking: &'c Blocking,
+        kept: Option<&'c Kept>,
+        carried: Carried,
+        scope: Scope,
+    ) -> PgConn<'c> {
+        PgConn {
+            client,
+            blocking,
+            failed: RefCell::new(None),
+            pending: RefCell::new(carried.pending),
+            savepoint: Cell::new(carried.savepoint),
+            scope: Cell::new(scope),
+            sent_own: Cell::new(false),
+            lost: RefCell::new(None),
+            kept,
+        }
+    }
+
+    /// What goes on to the next closure (or the COMMIT), taken.
+    pub(crate) fn carry(&self) -> Carried {
+        Carried { pending: self.pending.take(), savepoint: self.savepoint.get() }
+    }
+
+    /// Drops this closure's pending writes, as its failure undoes them: whether its
+    /// savepoint was sent (then the caller rolls back to it).
+    pub(crate) fn drop_own(&self) -> bool {
+        match self.scope.get() {
+            Scope::Closure { earlier } => self.pending.borrow_mut().truncate(earlier),
+            Scope::Plain => self.pending.borrow_mut().clear(),
+        }
+        self.sent_own.get()
+    }
+
+    /// A write of an earlier closure that failed, taken: the batch is lost.
+    pub(crate) fn take_lost(&self) -> Option<StoreError> {
+        self.lost.take()
     }
 
     /// What the writer's batch keeps for its later closures (none in a read snapshot).
@@ -116,7 +197,22 @@ impl<'c> PgConn<'c> {
 
     /// Keeps a write to send with the next statement.
     pub(crate) fn defer(&self, sql: impl Into<String>, params: Vec<Owned>, expect: Expect) {
-        self.pending.borrow_mut().push(Pending { sql: sql.into(), params, expect });
+        self.pending.borrow_mut().push(Pending::Write { sql: sql.into(), params, expect });
+    }
+
+    /// The pending writes to send now, with this closure's savepoint set ahead of its own
+    /// the first time; how many of them are earlier closures' (a failure among those, or of
+    /// the savepoint, loses the batch).
+    fn to_send(&self) -> (Vec<Pending>, usize) {
+        let mut pending = self.pending.take();
+        let Scope::Closure { earlier } = self.scope.get() else { return (pending, 0) };
+        if !self.sent_own.get() {
+            pending.insert(earlier, Pending::Savepoint);
+            self.sent_own.set(true);
+        }
+        // From here on, every pending write is this closure's.
+        self.scope.set(Scope::Closure { earlier: 0 });
+        (pending, earlier)
     }
 
     /// Sends the pending writes and then `last` in one pipeline, one round trip (two when
@@ -130,18 +226,44 @@ impl<'c> PgConn<'c> {
     where
         F: Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        let pending = self.pending.take();
+        let (pending, earlier) = self.to_send();
         let client = self.client;
-        let params: Vec<Vec<Param<'_>>> =
-            pending.iter().map(|p| p.params.iter().map(|b| b.as_ref() as Param<'_>).collect()).collect();
+        let params: Vec<Vec<Param<'_>>> = pending
+            .iter()
+            .map(|p| match p {
+                Pending::Write { params, .. } => params.iter().map(|b| b.as_ref() as Param<'_>).collect(),
+                Pending::Savepoint => Vec::new(),
+            })
+            .collect();
+        // A savepoint set while one is set releases that one: they do not nest.
+        let mut set = self.savepoint.get();
+        let savepoints: Vec<&str> = pending
+            .iter()
+            .filter(|p| matches!(p, Pending::Savepoint))
+            .map(|_| {
+                if std::mem::replace(&mut set, true) { "RELEASE SAVEPOINT job; SAVEPOINT job" } else { "SAVEPOINT job" }
+            })
+            .collect();
+        self.savepoint.set(set);
         let run = async {
             // Every statement prepared first (from the cache, mostly: at once), so that the
             // pipeline goes out in the order the writes were given, `last` after them.
-            let prepared = join_all(pending.iter().map(|p| client.prepare_cached(&p.sql))).await;
+            let prepared = join_all(pending.iter().map(|p| async move {
+                match p {
+                    Pending::Write { sql, .. } => client.prepare_cached(sql).await.map(Some),
+                    Pending::Savepoint => Ok(None),
+                }
+            }))
+            .await;
             let mut sends = Vec::with_capacity(pending.len());
+            let mut savepoints = savepoints.iter();
             for (st, params) in prepared.iter().zip(&params) {
                 match st {
-                    Ok(st) => sends.push(client.execute(st, params)),
+                    Ok(Some(st)) => sends.push(Either::Left(client.execute(st, params))),
+                    Ok(None) => {
+                        let sql = savepoints.next().expect("a statement for each savepoint");
+                        sends.push(Either::Right(client.batch_execute(sql).map_ok(|()| 0)));
+                    }
                     Err(_) => break,
                 }
             }
@@ -151,23 +273,27 @@ impl<'c> PgConn<'c> {
         let (prepared, sent, last) = self.blocking.block_on(run);
         let mut sent = sent.into_iter();
         let mut outcome = Ok(());
-        for (p, st) in pending.iter().zip(prepared) {
+        for (i, (p, st)) in pending.iter().zip(prepared).enumerate() {
+            let expect = match p {
+                Pending::Write { expect, .. } => expect,
+                Pending::Savepoint => &Expect::Any,
+            };
             let checked = match st.and_then(|_| sent.next().expect("one send for each prepared write")) {
-                Ok(changed) => p.expect.check(changed).inspect_err(|e| self.fail(e.clone())),
-                Err(e) => Err(self.note(e)),
+                Ok(changed) => expect.check(changed),
+                Err(e) => Err(crate::error::store_error(e)),
             };
             if let Err(e) = checked {
+                // An earlier closure's write (or this one's savepoint, ahead of its writes).
+                if i < earlier || matches!(p, Pending::Savepoint) {
+                    self.lost.borrow_mut().get_or_insert(e.clone());
+                } else {
+                    self.fail(e.clone());
+                }
                 outcome = Err(e);
                 break;
             }
         }
         (outcome, last)
-    }
-
-    /// Drops the pending writes unsent: their closure failed, and its savepoint is rolled
-    /// back.
-    pub(crate) fn discard_pending(&self) {
-        self.pending.borrow_mut().clear();
     }
 
     /// The first failure since the transaction began (or since the last call), taken.
@@ -234,7 +360,7 @@ impl<'c> PgConn<'c> {
 
 impl Drop for PgConn<'_> {
     fn drop(&mut self) {
-        // Every closure's writes are sent with the end of its savepoint, or discarded with it.
+        // Pending writes go on to the next closure or the COMMIT, or are dropped with their closure.
         debug_assert!(self.pending.get_mut().is_empty() || std::thread::panicking(), "pending writes dropped unsent");
     }
 }

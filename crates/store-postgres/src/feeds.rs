@@ -12,7 +12,8 @@ use feed::ports::{StoreError, StoreResult};
 use feed::{Change, Item};
 use store_sql::batch_kept::Kept;
 use store_sql::dialect::{Arg, Statement};
-use store_sql::driver::{Expect, FeedStatements, Statements};
+use store_sql::driver::{Columns, Expect, FeedStatements, Statements};
+use store_sql::reads::ITEM_COLUMNS;
 
 impl FeedStatements for PgConn<'_> {
     /// `FOR NO KEY UPDATE`: publishers of this feed, in this process or another, queue here
@@ -110,6 +111,24 @@ fn version_columns(item: &Item) -> Vec<Owned> {
 }
 
 impl PgConn<'_> {
+    /// Reads the items `ids` of `feed` (whose row the batch has locked) in one statement,
+    /// and keeps what it found for the batch's closures, the absent ones as absent.
+    pub(crate) fn keep_items(&self, feed: i64, ids: &[&str]) -> StoreResult<()> {
+        let Some(kept) = self.kept() else { return Ok(()) };
+        let sql = format!("SELECT {ITEM_COLUMNS} FROM items i WHERE i.feed = $1 AND i.id = ANY($2)");
+        let wanted: Vec<&str> = ids.to_vec();
+        let rows = self.query(&sql, &[&feed, &wanted])?;
+        let mut kept = kept.borrow_mut();
+        for id in ids {
+            kept.keep_item(feed, id, None);
+        }
+        for row in &rows {
+            let item = self.columns(row).item()?;
+            kept.keep_item(feed, &item.id.clone(), Some(item));
+        }
+        Ok(())
+    }
+
     /// Appends a change to `push_log`, in its feed's shard.
     fn log_push(&self, change: &Change) {
         let (deleted, when, payload) = payload::columns(&change.item.payload);

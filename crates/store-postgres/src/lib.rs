@@ -233,11 +233,11 @@ impl Store for PostgresStore {
         self.inner.writer.clone().write(f)
     }
 
-    fn write_to<T, F>(&self, feed: &str, f: F) -> impl Future<Output = Result<T, FeedError>> + Send
+    fn write_to<T, F>(&self, feed: &str, item: &str, f: F) -> impl Future<Output = Result<T, FeedError>> + Send
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
     {
-        self.inner.writer.clone().write_to(feed.to_string(), f)
+        self.inner.writer.clone().write_to(feed.to_string(), item.to_string(), f)
     }
 }

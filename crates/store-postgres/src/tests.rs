@@ -37,10 +37,11 @@ fn entry(id: &str) -> Entry {
     }
 }
 
-/// Publishes `id` into feed "f" (created on first use) the service's way: under the lock.
+/// Publishes `id` into feed "f" (created on first use) the service's way: under the lock,
+/// the feed and the item named to the store first.
 async fn publish(store: &PostgresStore, id: String, now: i64) -> Result<feed::Item, FeedError> {
     store
-        .write(move |tx| {
+        .write_to("f", &id.clone(), move |tx| {
             let mut f = match tx.feed_for_update("f")? {
                 Some(f) => f,
                 None => tx.create_feed("f")?,
@@ -445,12 +446,12 @@ fn a_logged_change_leaves_the_log_only_once_written_and_comes_again_first_when_i
     });
 }
 
-/// What one publish costs in round trips to the server, its transaction included: BEGIN
-/// with the savepoint; the feed's row locked; the item looked up; the views followed over
-/// XMPP and WebSub, in one read; the item's writes (row, counters, modified counts) sent in
-/// one pipeline with the end of its savepoint; COMMIT. Each write was a round trip of its own
-/// before, and the two kinds of views two reads (11 in all). The next publishes to the same
-/// feed in a batch find its row locked and the views read already: 2 each
+/// What one publish costs in round trips to the server, its transaction included: BEGIN;
+/// the feed's row locked; the item looked up; the views followed over XMPP and WebSub, in
+/// one read; the item's writes (row, counters, modified counts) in one pipeline; COMMIT.
+/// Each write was a round trip of its own before, the two kinds of views two reads, and the
+/// end of the closure's savepoint one more (11 in all). The next publishes to
+/// the same feed in a batch cost none of their own
 /// (`a_batch_reads_the_views_that_follow_a_feed_once_until_it_subscribes`).
 #[test]
 fn a_publish_costs_six_round_trips() {
@@ -470,9 +471,17 @@ fn a_publish_costs_six_round_trips() {
 
 /// A closure that fails after publishing is rolled back alone, and so is what the batch
 /// kept of the feed's row: the next publish in the same batch stamps from the counters the
-/// previous successful one left.
+/// previous successful one left. Both when the closures read their items themselves (each
+/// sets its savepoint, and the failed one is rolled back to it) and when the batch read them
+/// first (the failed one sent nothing, and its writes are dropped).
 #[test]
 fn a_failed_closure_leaves_the_batch_the_feed_row_it_found() {
+    for named in [false, true] {
+        a_failed_closure_in_a_batch(named);
+    }
+}
+
+fn a_failed_closure_in_a_batch(named: bool) {
     runtime().block_on(async {
         let store = PostgresStore::connect(&fresh().await, None).await.unwrap();
         publish(&store, "a".into(), 1).await.unwrap();
@@ -490,23 +499,23 @@ fn a_failed_closure_leaves_the_batch_the_feed_row_it_found() {
         let mut queued = Vec::new();
         for (id, fails) in [("b", false), ("c", true), ("d", false)] {
             let s = store.clone();
+            let closure = move |tx: &mut dyn feed::ports::WriteTx| {
+                let mut f = tx.feed_for_update("f")?.expect("the feed");
+                tx.publish(&mut f, id.into(), entry(id), 2, Order::default())?;
+                if fails {
+                    return Err(FeedError::BadRequest("refused after publishing".into()));
+                }
+                Ok(())
+            };
             queued.push(tokio::spawn(async move {
-                s.write(move |tx| {
-                    let mut f = tx.feed_for_update("f")?.expect("the feed");
-                    tx.publish(&mut f, id.into(), entry(id), 2, Order::default())?;
-                    if fails {
-                        return Err(FeedError::BadRequest("refused after publishing".into()));
-                    }
-                    Ok(())
-                })
-                .await
+                if named { s.write_to("f", id, closure).await } else { s.write(closure).await }
             }));
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         slow.await.unwrap().unwrap();
         let outcomes: Vec<bool> =
             futures::future::join_all(queued).await.into_iter().map(|r| r.unwrap().is_ok()).collect();
-        assert_eq!(outcomes, [true, false, true]);
+        assert_eq!(outcomes, [true, false, true], "named first: {named}");
         let seqs = store
             .read(|tx| {
                 let f = tx.feed("f")?.expect("the feed");
@@ -517,14 +526,65 @@ fn a_failed_closure_leaves_the_batch_the_feed_row_it_found() {
             })
             .await
             .unwrap();
-        assert_eq!(seqs, (3, vec![("a".into(), 1), ("b".into(), 2), ("d".into(), 3)]));
+        assert_eq!(seqs, (3, vec![("a".into(), 1), ("b".into(), 2), ("d".into(), 3)]), "named first: {named}");
     })
 }
 
-/// A batch reads the views that follow a feed once for all its publishes, and again after
-/// one of its closures changed subscriptions: the later publishes of a batch cost two round
-/// trips each (the item looked up; its writes with the end of its savepoint), and a view
-/// subscribed within the batch gets the publishes after it.
+/// A write that fails once its closure has ended (here: an item row inserted again, which
+/// the store's own reads keep the service from doing) fails the whole batch, whether the
+/// next closure's first read or the COMMIT carried it: every caller gets an error and
+/// nothing of the batch is committed.
+#[test]
+fn a_write_that_fails_after_its_closure_ended_fails_the_whole_batch() {
+    for named in [false, true] {
+        runtime().block_on(async {
+            let store = PostgresStore::connect(&fresh().await, None).await.unwrap();
+            publish(&store, "a".into(), 1).await.unwrap();
+            let s = store.clone();
+            let slow = tokio::spawn(async move {
+                s.write(|_| {
+                    std::thread::sleep(Duration::from_millis(400));
+                    Ok(())
+                })
+                .await
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut queued = Vec::new();
+            for step in ["x", "again", "y"] {
+                let s = store.clone();
+                queued.push(tokio::spawn(async move {
+                    if step == "again" {
+                        return s
+                            .write(|tx| {
+                                let f = tx.feed_for_update("f")?.expect("the feed");
+                                let a = tx.item(f.id, "a")?.expect("the item");
+                                Ok(tx.insert_item(f.id, &a)?)
+                            })
+                            .await;
+                    }
+                    let closure = move |tx: &mut dyn feed::ports::WriteTx| {
+                        let mut f = tx.feed_for_update("f")?.expect("the feed");
+                        tx.publish(&mut f, step.into(), entry(step), 2, Order::default()).map(drop)
+                    };
+                    if named { s.write_to("f", step, closure).await } else { s.write(closure).await }
+                }));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            slow.await.unwrap().unwrap();
+            let outcomes: Vec<bool> =
+                futures::future::join_all(queued).await.into_iter().map(|r| r.unwrap().is_ok()).collect();
+            assert_eq!(outcomes, [false, false, false], "named first: {named}");
+            let items = store.read(|tx| Ok(tx.feed("f")?.map(|f| f.items))).await.unwrap();
+            assert_eq!(items, Some(1), "nothing of the batch committed (named first: {named})");
+            publish(&store, "after".into(), 3).await.expect("the next batch writes");
+        });
+    }
+}
+
+/// A batch reads the feed, the items and the views that follow it once for all its publishes
+/// (which then cost no round trip of their own: their writes go out with the COMMIT), and
+/// the views again after one of its closures changed subscriptions: a view subscribed within
+/// the batch gets the publishes after it.
 #[test]
 fn a_batch_reads_the_views_that_follow_a_feed_once_until_it_subscribes() {
     runtime().block_on(async {
@@ -540,9 +600,9 @@ fn a_batch_reads_the_views_that_follow_a_feed_once_until_it_subscribes() {
 
         let before = store.round_trips();
         one_batch(&store, &["b", "c", "d"]).await;
-        // BEGIN, b (the row locked, the item, the views, its writes), c and d (the item, its
-        // writes), COMMIT.
-        assert_eq!(store.round_trips() - before, empty + 1 + 4 + 2 + 2 + 1);
+        // BEGIN, the row locked, the items, the views, every write, COMMIT (`empty` is the
+        // batch that held the writer).
+        assert_eq!(store.round_trips() - before, empty + 6);
 
         one_batch(&store, &["e", "subscribe", "f"]).await;
         let views: Vec<(String, Vec<String>)> = changes
@@ -576,11 +636,16 @@ async fn one_batch(store: &PostgresStore, steps: &[&'static str]) {
     for &step in steps {
         let s = store.clone();
         queued.push(tokio::spawn(async move {
-            s.write(move |tx| {
+            if step == "subscribe" {
+                return s
+                    .write(move |tx| {
+                        let f = tx.feed_for_update("f")?.expect("the feed");
+                        Ok(tx.put_subscription(f.id, &created_view("alice@localhost".into()))?)
+                    })
+                    .await;
+            }
+            s.write_to("f", step, move |tx| {
                 let mut f = tx.feed_for_update("f")?.expect("the feed");
-                if step == "subscribe" {
-                    return Ok(tx.put_subscription(f.id, &created_view("alice@localhost".into()))?);
-                }
                 tx.publish(&mut f, step.into(), entry(step), 2, Order::default())?;
                 Ok(())
             })
@@ -620,13 +685,13 @@ fn two_instances_batches_over_the_same_feeds_never_deadlock() {
         let (held_one, held_two) = (hold(one.clone()), hold(two.clone()));
         tokio::time::sleep(Duration::from_millis(100)).await;
         let mut queued = Vec::new();
-        for (store, feeds) in [(&one, ["a", "b"]), (&two, ["b", "a"])] {
+        for (n, (store, feeds)) in [(&one, ["a", "b"]), (&two, ["b", "a"])].into_iter().enumerate() {
             for feed in feeds {
                 let s = store.clone();
+                let id = format!("{n}-{feed}");
                 queued.push(tokio::spawn(async move {
-                    s.write_to(feed, move |tx| {
+                    s.write_to(feed, &id.clone(), move |tx| {
                         let mut f = tx.feed_for_update(feed)?.expect("the feed");
-                        let id = format!("{}-{feed}", f.items);
                         tx.publish(&mut f, id.clone(), entry(&id), 5, Order::default()).map(drop)
                     })
                     .await

@@ -2,6 +2,14 @@
 //! connection in one transaction, a savepoint per closure, the commit announced to the other
 //! instances ([`commit_notices`]) with the `COMMIT`.
 //!
+//! What a batch costs in round trips: `BEGIN`; per feed its jobs name, the row locked, the
+//! items they name read, and the views that follow it read; the `COMMIT`. A closure that
+//! finds all it reads kept (see [`store_sql::batch_kept`]) sends nothing: its writes go out
+//! with the next closure's first read, or with the `COMMIT`, and its savepoint is set only
+//! if it makes a round trip of its own (see [`crate::connection`]). A write that fails once
+//! its closure has ended (a statement the store's own checks should have kept from failing)
+//! fails the whole batch: every caller gets the error, nothing is committed.
+//!
 //! Several processes may write to one database: each has its own writer. A closure that
 //! stamps items locks its feed's row first (`WriteTx::feed_for_update`), so writers of one
 //! feed take turns across processes, each batch holding the lock until its COMMIT. The feeds
@@ -9,15 +17,15 @@
 //! batches over the same feeds never wait on each other in a cycle.
 
 use crate::commit_notices;
-use crate::connection::{Blocking, Param, PgConn};
+use crate::connection::{Blocking, Carried, Param, PgConn};
 use crate::error::retryable;
 use deadpool_postgres::{Object, Pool};
 use feed::Change;
-use feed::ports::{StoreError, StoreResult, WriteTx};
+use feed::ports::{ReadTx, StoreError, StoreResult, WriteTx};
 use std::time::Duration;
 use store_sql::batch::WriteJob;
 use store_sql::batch_kept::Kept;
-use store_sql::group_commit::{BatchTransaction, GroupCommit, next_batch};
+use store_sql::group_commit::{BatchTransaction, GroupCommit, Targets, next_batch};
 use store_sql::transaction::SqlTx;
 use store_sql::writer_thread::WriterThread;
 use tokio::sync::mpsc::Receiver;
@@ -92,6 +100,7 @@ impl Writer {
                 instance: self.instance,
                 conn: None,
                 kept: Kept::default(),
+                carried: Carried::default(),
             };
             self.commits.run(&mut tx, batch, |_| {});
         }
@@ -108,46 +117,60 @@ struct Batch<'w> {
     /// feed an earlier one locked reads its row (and the views that follow it) from here,
     /// not the server.
     kept: Kept,
+    /// The writes of the closures so far not sent yet, and the savepoint's state.
+    carried: Carried,
 }
 
-impl Batch<'_> {
-    fn conn(&self) -> Result<&Object, StoreError> {
-        self.conn.as_ref().ok_or_else(|| StoreError::Backend("no write transaction".into()))
-    }
+/// A batch's connection, once it has begun (a field apart, so that the batch's other
+/// fields stay free to change while it is used).
+fn open(conn: &Option<Object>) -> Result<&Object, StoreError> {
+    conn.as_ref().ok_or_else(|| StoreError::Backend("no write transaction".into()))
 }
 
 impl BatchTransaction for Batch<'_> {
     fn begin(&mut self) -> Result<(), StoreError> {
-        self.conn = Some(begin(self.pool, self.blocking, "BEGIN; SAVEPOINT job")?);
+        self.conn = Some(begin(self.pool, self.blocking, "BEGIN")?);
+        self.carried = Carried::default();
         Ok(())
     }
 
-    /// One after the other in name order, each kept for the closures (which then read it
-    /// from the batch): the round trips they would have made themselves.
-    fn lock_feeds(&mut self, feeds: &[&str]) -> Result<(), StoreError> {
-        let (conn, blocking) = (self.conn()?, self.blocking);
-        let mut tx = SqlTx::new(PgConn::writing(conn, blocking, &self.kept));
-        for feed in feeds {
-            let locked = tx.feed_for_update(feed);
+    /// One after the other in name order, each with the items its jobs name and the views
+    /// that follow it, kept for the closures (which then read them from the batch): the
+    /// round trips they would have made themselves.
+    fn lock_feeds(&mut self, targets: &Targets<'_>) -> Result<(), StoreError> {
+        let (conn, blocking) = (open(&self.conn)?, self.blocking);
+        let mut tx = SqlTx::new(PgConn::batch(conn, blocking, &self.kept, Carried::default()));
+        for (feed, items) in targets {
+            let read = tx.feed_for_update(feed).and_then(|row| match row {
+                Some(row) => tx.driver().keep_items(row.id, items).and_then(|()| tx.followed_views(row.id).map(drop)),
+                None => Ok(()),
+            });
             if let Some(e) = tx.driver().take_failure() {
                 return Err(e);
             }
-            locked?;
+            read?;
         }
         Ok(())
     }
 
-    /// The savepoint stays for the next closure: released and set again after a success, in
-    /// the round trip that sends the closure's pending writes; rolled back to (and kept) after
-    /// a failure, the pending writes never sent.
+    /// A closure that succeeds leaves its writes pending for the next (see the module docs);
+    /// one that fails drops those not sent, and rolls back to its savepoint if it had set
+    /// one. A failure of an earlier closure's write, sent with this one's, loses the batch.
     fn run(&mut self, job: &mut dyn WriteJob) -> Result<Option<Vec<Change>>, StoreError> {
-        let (conn, blocking) = (self.conn()?, self.blocking);
+        let (conn, blocking) = (open(&self.conn)?, self.blocking);
         // What the closure finds kept; given back if it fails, as its savepoint is.
-        let before = self.kept.borrow().clone();
-        let mut tx = SqlTx::new(PgConn::writing(conn, blocking, &self.kept));
+        let before = self.kept.borrow().checkpoint();
+        let carried = std::mem::take(&mut self.carried);
+        let mut tx = SqlTx::new(PgConn::closure(conn, blocking, &self.kept, carried));
         let mut ok = job.run(&mut tx);
+        let db = tx.driver();
+        if let Some(e) = db.take_lost() {
+            db.drop_own();
+            db.carry();
+            return Err(e);
+        }
         // A statement that failed aborted the savepoint, whatever the closure made of it.
-        if let Some(e) = tx.driver().take_failure() {
+        if let Some(e) = db.take_failure() {
             if ok {
                 job.fail(e.into());
             }
@@ -155,31 +178,34 @@ impl BatchTransaction for Batch<'_> {
         }
         if ok {
             let emitted = tx.take_changes();
-            let (written, released) =
-                tx.driver().round_trip(|c| c.batch_execute("RELEASE SAVEPOINT job; SAVEPOINT job"));
-            match (written, released) {
-                (Ok(()), Ok(())) => return Ok(Some(emitted)),
-                // A pending write failed, and the rest of the pipeline with it: the closure
-                // alone is rolled back, below.
-                (Err(e), Err(_)) => job.fail(e.into()),
-                // Its writes ran but one changed what it should not have, and the savepoint
-                // is released with them: only the whole batch can be undone.
-                (Err(e), Ok(())) => return Err(e),
-                (Ok(()), Err(e)) => return Err(crate::error::store_error(e)),
-            }
+            self.carried = tx.driver().carry();
+            return Ok(Some(emitted));
         }
-        tx.driver().discard_pending();
+        let rollback = db.drop_own();
+        self.carried = db.carry();
         drop(tx);
-        *self.kept.borrow_mut() = before;
-        blocking.block_on(conn.batch_execute("ROLLBACK TO SAVEPOINT job")).map_err(crate::error::store_error)?;
+        self.kept.borrow_mut().restore(before);
+        if rollback {
+            blocking.block_on(conn.batch_execute("ROLLBACK TO SAVEPOINT job")).map_err(crate::error::store_error)?;
+        }
         Ok(None)
     }
 
-    /// Every instance is told of the feeds changed, once they are committed: the notice is
-    /// delivered only if the transaction commits. The notice and the COMMIT go out in one
-    /// round trip; a notice that failed aborted the transaction, so its COMMIT rolled back.
+    /// The closures' writes not sent yet go out first, in one round trip, and are checked:
+    /// one that failed, or changed what it should not have (which does not abort the
+    /// transaction by itself), fails the batch before it commits, and every caller gets the
+    /// error. Every instance is told of the feeds changed, once they are committed: the
+    /// notice and the COMMIT go out in one round trip, and the notice is delivered only if the
+    /// transaction commits; a notice that failed aborted it, so its COMMIT rolled back.
     fn commit(&mut self, changes: &[Change]) -> Result<(), StoreError> {
-        let (conn, blocking) = (self.conn()?, self.blocking);
+        let (conn, blocking) = (open(&self.conn)?, self.blocking);
+        let carried = std::mem::take(&mut self.carried);
+        if !carried.pending.is_empty() {
+            let db = PgConn::batch(conn, blocking, &self.kept, carried);
+            let (written, _) = db.round_trip(|_| async { Ok::<_, tokio_postgres::Error>(()) });
+            db.take_failure();
+            written?;
+        }
         if changes.is_empty() {
             return blocking.block_on(conn.batch_execute("COMMIT")).map_err(crate::error::store_error);
         }
@@ -200,6 +226,7 @@ impl BatchTransaction for Batch<'_> {
     /// A failed COMMIT has ended the transaction already; otherwise it ends here. A
     /// connection in doubt is closed, not pooled again.
     fn roll_back(&mut self) {
+        self.carried = Carried::default();
         if let Some(conn) = self.conn.take()
             && self.blocking.block_on(conn.batch_execute("ROLLBACK")).is_err()
         {

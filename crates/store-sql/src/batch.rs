@@ -21,9 +21,10 @@ pub trait WriteJob: Send {
     fn fail(&mut self, e: FeedError);
     /// Answers the caller once the batch's fate is known.
     fn answer(self: Box<Self>, batch: Result<(), StoreError>);
-    /// The feed whose row the closure locks first, when its caller said so
-    /// (`Store::write_to`): the batch may lock it before any closure runs.
-    fn feed(&self) -> Option<&str> {
+    /// The feed whose row the closure locks first and the item it then reads, when its
+    /// caller said so (`Store::write_to`): the batch may lock and read them before any
+    /// closure runs.
+    fn target(&self) -> Option<(&str, &str)> {
         None
     }
 }
@@ -33,17 +34,18 @@ pub struct Pending<T, F> {
     f: Option<F>,
     result: Option<Result<T, FeedError>>,
     reply: oneshot::Sender<Result<T, FeedError>>,
-    feed: Option<String>,
+    target: Option<(String, String)>,
 }
 
 impl<T, F> Pending<T, F> {
     pub fn new(f: F, reply: oneshot::Sender<Result<T, FeedError>>) -> Pending<T, F> {
-        Pending { f: Some(f), result: None, reply, feed: None }
+        Pending { f: Some(f), result: None, reply, target: None }
     }
 
-    /// The same, for a closure that locks `feed`'s row first ([`WriteJob::feed`]).
-    pub fn locking(mut self, feed: String) -> Pending<T, F> {
-        self.feed = Some(feed);
+    /// The same, for a closure that locks `feed`'s row first and then reads its item `item`
+    /// ([`WriteJob::target`]).
+    pub fn locking(mut self, feed: String, item: String) -> Pending<T, F> {
+        self.target = Some((feed, item));
         self
     }
 }
@@ -82,7 +84,7 @@ where
         let _ = self.reply.send(out);
     }
 
-    fn feed(&self) -> Option<&str> {
-        self.feed.as_deref()
+    fn target(&self) -> Option<(&str, &str)> {
+        self.target.as_ref().map(|(feed, item)| (feed.as_str(), item.as_str()))
     }
 }

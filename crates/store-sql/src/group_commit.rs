@@ -13,6 +13,7 @@
 use crate::batch::WriteJob;
 use feed::Change;
 use feed::ports::{ChangeSink, CommitObserver, StoreError};
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 use tokio::sync::mpsc::Receiver;
@@ -39,11 +40,12 @@ pub fn next_batch<J>(jobs: &mut Receiver<J>) -> Option<Vec<J>> {
 pub trait BatchTransaction {
     /// Begins the transaction.
     fn begin(&mut self) -> Result<(), StoreError>;
-    /// Locks the rows of `feeds` (sorted, distinct: the feeds the batch's jobs said they
-    /// lock first) before any job runs, where other processes write the same database: so
-    /// every batch takes its feeds' locks in one order, and two processes' batches never
-    /// wait on each other in a cycle (which the database would break by failing one).
-    fn lock_feeds(&mut self, _feeds: &[&str]) -> Result<(), StoreError> {
+    /// Locks the rows of the feeds the batch's jobs said they lock first (`targets`, by
+    /// feed name, with the items the jobs then read) before any job runs, where other
+    /// processes write the same database: so every batch takes its feeds' locks in one order
+    /// (the map's), and two processes' batches never wait on each other in a cycle (which the
+    /// database would break by failing one). A store may read the items with them.
+    fn lock_feeds(&mut self, _targets: &Targets<'_>) -> Result<(), StoreError> {
         Ok(())
     }
     /// Runs one job in its own savepoint: the changes it emitted when it succeeded, `None`
@@ -55,6 +57,9 @@ pub trait BatchTransaction {
     /// Ends a transaction that failed (at any step), if it is still open.
     fn roll_back(&mut self);
 }
+
+/// The feeds a batch's jobs lock first, in name order, each with the items they read.
+pub type Targets<'a> = BTreeMap<&'a str, Vec<&'a str>>;
 
 /// What became of a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,10 +96,11 @@ impl GroupCommit {
         let started = Instant::now();
         let mut changes = Vec::new();
         let mut succeeded = 0;
-        let mut feeds: Vec<&str> = jobs.iter().filter_map(|j| j.feed()).collect();
-        feeds.sort_unstable();
-        feeds.dedup();
-        let outcome = db.begin().and_then(|()| db.lock_feeds(&feeds)).and_then(|()| {
+        let mut targets = Targets::new();
+        for (feed, item) in jobs.iter().filter_map(|j| j.target()) {
+            targets.entry(feed).or_default().push(item);
+        }
+        let outcome = db.begin().and_then(|()| db.lock_feeds(&targets)).and_then(|()| {
             for job in jobs.iter_mut() {
                 if let Some(emitted) = db.run(job.as_mut())? {
                     succeeded += 1;

@@ -86,6 +86,16 @@ impl<D: Driver> SqlTx<D> {
         }
     }
 
+    /// The batch wrote `item` to `feed`: kept with the ids at its time, for the later
+    /// closures. The feed's row as kept says what was newest before it.
+    fn wrote_item(&self, feed: i64, item: &Item) {
+        if let Some(kept) = self.driver.kept() {
+            let mut kept = kept.borrow_mut();
+            let newest_before = kept.feed_by_id(feed).map(|f| f.last_t);
+            kept.wrote_item(feed, item, newest_before);
+        }
+    }
+
     /// This transaction changed subscriptions: the views the batch kept are stale.
     fn subscriptions_changed(&self) {
         if let Some(kept) = self.driver.kept() {
@@ -146,8 +156,19 @@ impl<D: Driver> ReadTx for SqlTx<D> {
     }
 
     fn item(&self, feed: i64, id: &str) -> StoreResult<Option<Item>> {
+        let kept = self.driver.kept();
+        if let Some(item) = kept.and_then(|k| k.borrow().item(feed, id)) {
+            return Ok(item);
+        }
         let sql = format!("SELECT {ITEM_COLUMNS} FROM items i WHERE i.feed = ?1 AND i.id = ?2");
-        Ok(self.rows(&sql, &[Arg::Int(feed), Arg::Text(id)], |r| r.item())?.into_iter().next())
+        let item = self.rows(&sql, &[Arg::Int(feed), Arg::Text(id)], |r| r.item())?.into_iter().next();
+        // Only under the feed's lock is it the item until the batch commits.
+        if let Some(kept) = kept
+            && kept.borrow().feed_by_id(feed).is_some()
+        {
+            kept.borrow_mut().keep_item(feed, id, item.clone());
+        }
+        Ok(item)
     }
 
     fn scan(&self, scope: Scope<'_>, range: Range) -> StoreResult<Vec<Item>> {
@@ -199,6 +220,12 @@ impl<D: Driver> ReadTx for SqlTx<D> {
     fn ties(&self, scope: Scope<'_>, t: i64, upto_seq: i64, limit: usize) -> StoreResult<Vec<String>> {
         if limit == 0 {
             return Ok(Vec::new());
+        }
+        if scope.filter.is_empty()
+            && scope.by == OrderBy::Modified
+            && let Some(ids) = self.driver.kept().and_then(|k| k.borrow().ties(scope.feed, t, upto_seq, limit))
+        {
+            return Ok(ids);
         }
         self.driver.rows(&ties_query(D::DIALECT, &scope, t, upto_seq, limit), |r| r.text(0))
     }
@@ -330,7 +357,9 @@ impl<D: Driver> WriteTx for SqlTx<D> {
         let sql = "UPDATE feeds SET n_items = n_items + 1 WHERE id = ?1";
         self.write(sql, &[Arg::Int(feed)], Expect::One(format!("no feed with id {feed}")))?;
         self.driver.index_categories(feed, item, &distinct_terms(&item.categories))?;
-        self.driver.move_modified(feed, Some(item.modified.seq), None)
+        self.driver.move_modified(feed, Some(item.modified.seq), None)?;
+        self.wrote_item(feed, item);
+        Ok(())
     }
 
     fn update_item(&mut self, feed: i64, old: &Item, new: &Item) -> StoreResult<()> {
@@ -339,12 +368,20 @@ impl<D: Driver> WriteTx for SqlTx<D> {
         }
         // The stored row, not `old`, says which modified bucket to release: a stale `old`
         // must not be able to skew the counts.
-        let found = self.rows(
-            "SELECT cseq, mseq FROM items WHERE feed = ?1 AND id = ?2",
-            &[Arg::Int(feed), Arg::Text(&old.id)],
-            |r| Ok((r.int(0)?, r.int(1)?)),
-        )?;
-        let Some((cseq, old_mseq)) = found.into_iter().next() else {
+        // As the batch knows it, if it does (kept under the feed's lock, so the stored row).
+        let kept = self.driver.kept().and_then(|k| k.borrow().item(feed, &old.id));
+        let found = match kept {
+            Some(item) => item.map(|i| (i.created.seq, i.modified.seq)),
+            None => self
+                .rows(
+                    "SELECT cseq, mseq FROM items WHERE feed = ?1 AND id = ?2",
+                    &[Arg::Int(feed), Arg::Text(&old.id)],
+                    |r| Ok((r.int(0)?, r.int(1)?)),
+                )?
+                .into_iter()
+                .next(),
+        };
+        let Some((cseq, old_mseq)) = found else {
             return Err(StoreError::Backend(format!("no item {:?} to update", old.id)));
         };
         if cseq != new.created.seq {
@@ -354,7 +391,9 @@ impl<D: Driver> WriteTx for SqlTx<D> {
         let sql = "DELETE FROM item_categories WHERE feed = ?1 AND cseq = ?2";
         self.write(sql, &[Arg::Int(feed), Arg::Int(cseq)], Expect::Any)?;
         self.driver.index_categories(feed, new, &distinct_terms(&new.categories))?;
-        self.driver.move_modified(feed, Some(new.modified.seq), Some(old_mseq))
+        self.driver.move_modified(feed, Some(new.modified.seq), Some(old_mseq))?;
+        self.wrote_item(feed, new);
+        Ok(())
     }
 
     fn put_subscription(&mut self, feed: i64, sub: &Subscription) -> StoreResult<()> {

@@ -64,14 +64,15 @@ impl<J: Send + 'static> WriterThread<J> {
         self.write_job(|tx| Pending::new(f, tx)).await
     }
 
-    /// [`write`](Self::write) for a closure that locks `feed`'s row first (`Store::write_to`).
-    pub async fn write_to<T, F>(self: Arc<Self>, feed: String, f: F) -> Result<T, FeedError>
+    /// [`write`](Self::write) for a closure that locks `feed`'s row first and then reads
+    /// its item `item` (`Store::write_to`).
+    pub async fn write_to<T, F>(self: Arc<Self>, feed: String, item: String, f: F) -> Result<T, FeedError>
     where
         J: From<Box<dyn WriteJob>>,
         T: Send + 'static,
         F: FnOnce(&mut dyn WriteTx) -> Result<T, FeedError> + Send + 'static,
     {
-        self.write_job(|tx| Pending::new(f, tx).locking(feed)).await
+        self.write_job(|tx| Pending::new(f, tx).locking(feed, item)).await
     }
 
     async fn write_job<T, F>(

@@ -103,7 +103,7 @@ impl BatchTransaction for Batch<'_> {
         let conn = self.conn;
         run(conn, "SAVEPOINT job").map_err(store_error)?;
         // What the closure finds kept; given back if it fails, as its savepoint is.
-        let before = self.kept.borrow().clone();
+        let before = self.kept.borrow().checkpoint();
         let mut tx = SqlTx::new(SqliteConn(conn, Some(&self.kept)));
         let ok = job.run(&mut tx);
         let emitted = tx.take_changes();
@@ -115,7 +115,7 @@ impl BatchTransaction for Batch<'_> {
         let end = if ok {
             run(conn, "RELEASE job")
         } else {
-            *self.kept.borrow_mut() = before;
+            self.kept.borrow_mut().restore(before);
             run(conn, "ROLLBACK TO job").and_then(|()| run(conn, "RELEASE job"))
         };
         end.map_err(store_error)?;

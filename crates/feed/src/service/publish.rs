@@ -70,9 +70,9 @@ impl<S: Store> Service<S> {
             None => new_item_id(),
         };
         let (now, order) = ((self.clock)(), self.policy.feed(&target.feed).order);
-        let name = target.feed.clone();
+        let (name, item_id) = (target.feed.clone(), id.clone());
         self.store
-            .write_to(&name, move |tx| {
+            .write_to(&name, &item_id, move |tx| {
                 let mut feed = match tx.feed_for_update(&target.feed)? {
                     Some(f) => f,
                     // Another process may have created it since: then publish into that one.
@@ -114,9 +114,9 @@ impl<S: Store> Service<S> {
     pub async fn retract(&self, actor: &str, node: &str, id: String) -> Result<(), FeedError> {
         let target = self.publish_target(actor, node).await?;
         let (now, order) = ((self.clock)(), self.policy.feed(&target.feed).order);
-        let name = target.feed.clone();
+        let (name, item_id) = (target.feed.clone(), id.clone());
         self.store
-            .write_to(&name, move |tx| {
+            .write_to(&name, &item_id, move |tx| {
                 let mut feed = tx.feed_for_update(&target.feed)?.ok_or_else(|| no_feed(&target.feed))?;
                 tx.retract(&mut feed, &id, now, order)
             })
