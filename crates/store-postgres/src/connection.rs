@@ -175,6 +175,18 @@ impl<'c> PgConn<'c> {
         Carried { pending: self.pending.take(), savepoint: self.savepoint.get() }
     }
 
+    /// Sends what is owed and pending, if anything, in one round trip: whether it all did
+    /// what it was expected to.
+    pub(crate) fn flush(&self) -> StoreResult<()> {
+        self.pay_owed();
+        if self.pending.borrow().is_empty() {
+            return Ok(());
+        }
+        let (written, _) = self.round_trip(|_| async { Ok::<_, tokio_postgres::Error>(()) });
+        self.take_failure();
+        written
+    }
+
     /// Drops this closure's pending writes, as its failure undoes them: whether its
     /// savepoint was sent (then the caller rolls back to it).
     pub(crate) fn drop_own(&self) -> bool {
@@ -226,6 +238,8 @@ impl<'c> PgConn<'c> {
     where
         F: Future<Output = Result<T, tokio_postgres::Error>>,
     {
+        // What the batch owes its feeds goes out ahead of what is asked.
+        self.pay_owed();
         let (pending, earlier) = self.to_send();
         let client = self.client;
         let params: Vec<Vec<Param<'_>>> = pending

@@ -8,7 +8,7 @@
 
 use crate::connection::{Owned, PgConn, owned};
 use crate::payload;
-use feed::ports::{StoreError, StoreResult};
+use feed::ports::{FeedRow, StoreError, StoreResult};
 use feed::{Change, Item};
 use store_sql::batch_kept::Kept;
 use store_sql::dialect::{Arg, Statement};
@@ -96,6 +96,29 @@ impl FeedStatements for PgConn<'_> {
         }
     }
 
+    /// Owed in the writer's batch: written once for all its publishes to the feed, before
+    /// its next read or its COMMIT ([`PgConn::pay_owed`]).
+    fn save_feed_row(&self, feed: &FeedRow) -> StoreResult<()> {
+        match self.kept() {
+            Some(kept) => kept.borrow_mut().owe(feed.id).saved = Some(feed.clone()),
+            None => self.write_feed(feed, 0),
+        }
+        Ok(())
+    }
+
+    /// Owed in the writer's batch, as [`save_feed_row`](Self::save_feed_row).
+    fn count_item(&self, feed: i64) -> StoreResult<()> {
+        match self.kept() {
+            Some(kept) => kept.borrow_mut().owe(feed).items += 1,
+            None => self.defer(
+                "UPDATE feeds SET n_items = n_items + 1 WHERE id = $1",
+                owned![feed],
+                Expect::One(format!("no feed with id {feed}")),
+            ),
+        }
+        Ok(())
+    }
+
     /// The writer's batch keeps the feeds' rows (it holds their locks until its COMMIT) and
     /// the views that follow them: later publishes to a feed in the batch read neither.
     fn kept(&self) -> Option<&Kept> {
@@ -111,6 +134,35 @@ fn version_columns(item: &Item) -> Vec<Owned> {
 }
 
 impl PgConn<'_> {
+    /// Writes a feed's counters and adds `items` to its count of item rows. (The counts are
+    /// `BIGINT`; the core's `u64` count of items never nears `i64::MAX`.)
+    fn write_feed(&self, feed: &FeedRow, items: i64) {
+        self.defer(
+            "UPDATE feeds SET items = $2, last_t = $3, last_mseq = $4, n_items = n_items + $5 WHERE id = $1",
+            owned![feed.id, feed.items.min(i64::MAX as u64) as i64, feed.last_t, feed.last_mseq, items],
+            Expect::One(format!("no feed with id {}", feed.id)),
+        );
+    }
+
+    /// Writes what the batch owes its feeds ([`store_sql::batch_kept::Owed`]), a statement
+    /// or two per feed, to go out ahead of the next read or the COMMIT.
+    pub(crate) fn pay_owed(&self) {
+        let Some(kept) = self.kept() else { return };
+        let owed = kept.borrow_mut().take_owed();
+        for (feed, owed) in owed {
+            match &owed.saved {
+                Some(row) => self.write_feed(row, owed.items),
+                None if owed.items != 0 => self.defer(
+                    "UPDATE feeds SET n_items = n_items + $2 WHERE id = $1",
+                    owned![feed, owed.items],
+                    Expect::One(format!("no feed with id {feed}")),
+                ),
+                None => {}
+            }
+            self.write_modified(feed, &owed.modified);
+        }
+    }
+
     /// Reads the items `ids` of `feed` (whose row the batch has locked) in one statement,
     /// and keeps what it found for the batch's closures, the absent ones as absent.
     pub(crate) fn keep_items(&self, feed: i64, ids: &[&str]) -> StoreResult<()> {

@@ -6,6 +6,7 @@
 
 use crate::connection::{PgConn, owned};
 use feed::ports::StoreResult;
+use std::collections::BTreeMap;
 use store_sql::driver::{Expect, ModifiedCounts};
 use store_sql::modified_counts::{SHIFTS, bucket_start, buckets_below};
 
@@ -27,34 +28,51 @@ impl ModifiedCounts for PgConn<'_> {
         Ok(self.get::<i64>(&row, 0)?.max(0) as u64)
     }
 
-    /// In one statement. Where both seqs fall in one bucket the changes cancel (an upsert
-    /// may not touch a row twice).
+    /// Owed to the feed in the writer's batch, which writes a feed's changes in one
+    /// statement before its next read or its COMMIT ([`PgConn::pay_owed`]); in one statement
+    /// of its own otherwise.
     fn move_modified(&self, feed: i64, add: Option<i64>, remove: Option<i64>) -> StoreResult<()> {
-        let (mut levels, mut changed, mut deltas) = (Vec::new(), Vec::new(), Vec::new());
+        let mut changes = BTreeMap::new();
         for (i, shift) in SHIFTS.into_iter().enumerate() {
-            let plus = add.map(|m| m >> shift);
-            let minus = remove.map(|m| m >> shift);
-            if plus == minus {
-                continue;
-            }
-            for (bucket, delta) in [(plus, 1i64), (minus, -1)] {
-                if let Some(bucket) = bucket {
-                    levels.push(i as i64 + 1);
-                    changed.push(bucket);
-                    deltas.push(delta);
+            for (seq, delta) in [(add, 1i64), (remove, -1)] {
+                if let Some(seq) = seq {
+                    *changes.entry((i as i64 + 1, seq >> shift)).or_insert(0) += delta;
                 }
             }
         }
+        match self.kept() {
+            Some(kept) => {
+                let mut kept = kept.borrow_mut();
+                let owed = &mut kept.owe(feed).modified;
+                for (bucket, delta) in changes {
+                    *owed.entry(bucket).or_insert(0) += delta;
+                }
+            }
+            None => self.write_modified(feed, &changes),
+        }
+        Ok(())
+    }
+}
+
+impl PgConn<'_> {
+    /// Adds `changes` to the feed's modified counts, in one statement. Changes that cancel
+    /// are left out (an upsert may not touch a row twice, and none is).
+    pub(crate) fn write_modified(&self, feed: i64, changes: &BTreeMap<(i64, i64), i64>) {
+        let (mut levels, mut buckets, mut deltas) = (Vec::new(), Vec::new(), Vec::new());
+        for (&(level, bucket), &delta) in changes.iter().filter(|(_, d)| **d != 0) {
+            levels.push(level);
+            buckets.push(bucket);
+            deltas.push(delta);
+        }
         if levels.is_empty() {
-            return Ok(());
+            return;
         }
         self.defer(
             "INSERT INTO modified_counts(feed, level, bucket, n)
          SELECT $1, l, b, d FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS u(l, b, d)
          ON CONFLICT (feed, level, bucket) DO UPDATE SET n = modified_counts.n + excluded.n",
-            owned![feed, levels, changed, deltas],
+            owned![feed, levels, buckets, deltas],
             Expect::Any,
         );
-        Ok(())
     }
 }

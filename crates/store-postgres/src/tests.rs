@@ -527,6 +527,21 @@ fn a_failed_closure_in_a_batch(named: bool) {
             .await
             .unwrap();
         assert_eq!(seqs, (3, vec![("a".into(), 1), ("b".into(), 2), ("d".into(), 3)]), "named first: {named}");
+        // The counts the batch wrote once for all its closures (the feed's count of rows,
+        // the modified counts) leave the failed one out too.
+        let counts = store
+            .read(|tx| {
+                let f = tx.feed("f")?.expect("the feed");
+                let all = Filter::default();
+                let scope = Scope { feed: f.id, by: OrderBy::Modified, filter: &all };
+                let d = tx.item(f.id, "d")?.expect("d");
+                Ok((tx.count(scope)?, tx.rank(scope, d.modified)?, tx.nth(scope, 2)?))
+            })
+            .await
+            .unwrap();
+        assert_eq!(counts.0, 3, "named first: {named}");
+        assert_eq!(counts.1, 2, "named first: {named}");
+        assert!(counts.2.is_some(), "named first: {named}");
     })
 }
 

@@ -199,13 +199,7 @@ impl BatchTransaction for Batch<'_> {
     /// transaction commits; a notice that failed aborted it, so its COMMIT rolled back.
     fn commit(&mut self, changes: &[Change]) -> Result<(), StoreError> {
         let (conn, blocking) = (open(&self.conn)?, self.blocking);
-        let carried = std::mem::take(&mut self.carried);
-        if !carried.pending.is_empty() {
-            let db = PgConn::batch(conn, blocking, &self.kept, carried);
-            let (written, _) = db.round_trip(|_| async { Ok::<_, tokio_postgres::Error>(()) });
-            db.take_failure();
-            written?;
-        }
+        PgConn::batch(conn, blocking, &self.kept, std::mem::take(&mut self.carried)).flush()?;
         if changes.is_empty() {
             return blocking.block_on(conn.batch_execute("COMMIT")).map_err(crate::error::store_error);
         }

@@ -17,6 +17,9 @@
 //! - The ids at a feed's newest modification time, in modified order, are known once the
 //!   batch stamps a time past the feed's newest (then the item is alone there) and as it
 //!   stamps more at that time: what a publish's cursor is made of.
+//! - What a store owes a feed's row and its counts, where it writes them once for the batch
+//!   rather than once per publish ([`Owed`]): it writes them before anything it reads (a
+//!   read goes out after the writes before it) and before the COMMIT.
 //!
 //! A closure that fails gives back what it found of the feeds and their views, as its
 //! savepoint is rolled back, and the batch forgets the items and ties it knew (a later read
@@ -26,7 +29,7 @@ use crate::driver::Followed;
 use feed::Item;
 use feed::ports::FeedRow;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// At most this many ids are kept at one millisecond of one feed; past it, the database is
 /// asked (a burst that large is rare, and copying the list would cost more).
@@ -53,6 +56,19 @@ pub struct Rows {
     /// The views that follow each feed, by feed id, as read since the batch last changed
     /// subscriptions.
     followed: HashMap<i64, Followed>,
+    /// What is owed to each feed's row and counts, by feed id.
+    owed: HashMap<i64, Owed>,
+}
+
+/// What a store owes a feed's row and its counts, not written yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owed {
+    /// The row as last saved, to be written.
+    pub saved: Option<FeedRow>,
+    /// Item rows added (`feeds.n_items`).
+    pub items: i64,
+    /// Changes to the modified counts, by (level, bucket).
+    pub modified: BTreeMap<(i64, i64), i64>,
 }
 
 /// [`BatchKept`] as the closures of a batch share it.
@@ -132,6 +148,16 @@ impl BatchKept {
             return None;
         }
         Some(upto.into_iter().take(limit).collect())
+    }
+
+    /// What is owed to `feed`'s row and counts, to add to.
+    pub fn owe(&mut self, feed: i64) -> &mut Owed {
+        self.rows.owed.entry(feed).or_default()
+    }
+
+    /// Everything owed, by feed id, taken: the store writes it now.
+    pub fn take_owed(&mut self) -> Vec<(i64, Owed)> {
+        self.rows.owed.drain().collect()
     }
 
     /// What a closure's failure gives back ([`restore`](Self::restore)), taken before it runs.

@@ -9,8 +9,9 @@
 //! or needs alone ([`FeedStatements`], [`HubStatements`], [`ModifiedCounts`]).
 
 use crate::batch_kept::Kept;
-use crate::dialect::{Dialect, Statement};
+use crate::dialect::{Arg, Dialect, Statement};
 use feed::outbox::{HubSubscription, OutboxEntry};
+use feed::ports::FeedRow;
 use feed::ports::{StoreError, StoreResult};
 use feed::{Change, Item};
 
@@ -84,6 +85,19 @@ pub trait FeedStatements: Statements {
     fn insert_item_row(&self, feed: i64, item: &Item) -> StoreResult<()>;
     /// Replaces the row of the item whose created seq is `cseq` by `new`.
     fn update_item_row(&self, feed: i64, cseq: i64, new: &Item) -> StoreResult<()>;
+    /// Writes a feed's counters, as `WriteTx::save_feed` has them. By default, now.
+    fn save_feed_row(&self, feed: &FeedRow) -> StoreResult<()> {
+        let items = i64::try_from(feed.items).map_err(|_| StoreError::Backend("feed item count overflows".into()))?;
+        let args = [Arg::Int(feed.id), Arg::Int(items), Arg::Int(feed.last_t), Arg::Int(feed.last_mseq)];
+        let sql = "UPDATE feeds SET items = ?2, last_t = ?3, last_mseq = ?4 WHERE id = ?1";
+        self.write(&Statement::written(Self::DIALECT, sql, &args), Expect::One(format!("no feed with id {}", feed.id)))
+    }
+    /// Counts an item row in (`feeds.n_items`, the store's own count). By default, now.
+    fn count_item(&self, feed: i64) -> StoreResult<()> {
+        let sql = "UPDATE feeds SET n_items = n_items + 1 WHERE id = ?1";
+        let st = Statement::written(Self::DIALECT, sql, &[Arg::Int(feed)]);
+        self.write(&st, Expect::One(format!("no feed with id {feed}")))
+    }
     /// Files an item under each of `terms`, its distinct categories.
     fn index_categories(&self, feed: i64, item: &Item, terms: &[&str]) -> StoreResult<()>;
     /// Told of each change a closure emits, in its transaction, before it is queued for the

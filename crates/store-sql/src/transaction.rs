@@ -344,18 +344,14 @@ impl<D: Driver> WriteTx for SqlTx<D> {
     }
 
     fn save_feed(&mut self, feed: &FeedRow) -> StoreResult<()> {
-        let items = i64::try_from(feed.items).map_err(|_| StoreError::Backend("feed item count overflows".into()))?;
-        let args = [Arg::Int(feed.id), Arg::Int(items), Arg::Int(feed.last_t), Arg::Int(feed.last_mseq)];
-        let sql = "UPDATE feeds SET items = ?2, last_t = ?3, last_mseq = ?4 WHERE id = ?1";
-        self.write(sql, &args, Expect::One(format!("no feed with id {}", feed.id)))?;
+        // Kept first: a store that writes the row once for the batch writes it from there.
         self.kept_feed(feed);
-        Ok(())
+        self.driver.save_feed_row(feed)
     }
 
     fn insert_item(&mut self, feed: i64, item: &Item) -> StoreResult<()> {
         self.driver.insert_item_row(feed, item)?;
-        let sql = "UPDATE feeds SET n_items = n_items + 1 WHERE id = ?1";
-        self.write(sql, &[Arg::Int(feed)], Expect::One(format!("no feed with id {feed}")))?;
+        self.driver.count_item(feed)?;
         self.driver.index_categories(feed, item, &distinct_terms(&item.categories))?;
         self.driver.move_modified(feed, Some(item.modified.seq), None)?;
         self.wrote_item(feed, item);
