@@ -86,8 +86,94 @@ pub(crate) use owned;
 /// A write sent with the next statement (see the module's doc), or the savepoint of the
 /// closure whose writes follow it.
 pub(crate) enum Pending {
-    Write { sql: String, params: Vec<Owned>, expect: Expect },
+    /// A statement; `rows` when it inserts one row that may go out in one statement with the
+    /// like inserts next to it ([`merge_rows`]).
+    Write {
+        sql: String,
+        params: Vec<Owned>,
+        expect: Expect,
+        rows: Option<&'static RowInsert>,
+    },
     Savepoint,
+}
+
+/// A one-row `INSERT` whose neighbours of the same kind go out as one statement of many
+/// rows: what a batch's publishes to a feed write, one row each, costs the server one
+/// statement rather than one per publish.
+pub(crate) struct RowInsert {
+    /// `INSERT INTO table(columns)`.
+    pub(crate) head: &'static str,
+    /// What follows the `VALUES` (e.g. `ON CONFLICT DO NOTHING`).
+    pub(crate) tail: &'static str,
+    /// Parameters per row.
+    pub(crate) width: usize,
+}
+
+/// The most rows one merged `INSERT` carries. Runs are cut into powers of two up to it, so a
+/// table has at most seven statements in the connection's cache.
+const MAX_MERGED_ROWS: usize = 64;
+
+impl RowInsert {
+    /// The statement inserting `n` rows.
+    pub(crate) fn sql(&self, n: usize) -> String {
+        let rows: Vec<String> = (0..n)
+            .map(|r| {
+                let params: Vec<String> = (1..=self.width).map(|c| format!("${}", r * self.width + c)).collect();
+                format!("({})", params.join(", "))
+            })
+            .collect();
+        format!("{} VALUES {} {}", self.head, rows.join(", "), self.tail)
+    }
+}
+
+/// Merges each run of like one-row inserts in `pending` into statements of many rows, in
+/// order; with, for each statement, the index in `pending` of its first write.
+fn merge_rows(pending: Vec<Pending>) -> Vec<(usize, Pending)> {
+    let mut out: Vec<(usize, Pending)> = Vec::with_capacity(pending.len());
+    let mut run: Vec<(usize, Vec<Owned>, Expect)> = Vec::new();
+    let mut kind: Option<&'static RowInsert> = None;
+    let flush = |out: &mut Vec<(usize, Pending)>, run: &mut Vec<(usize, Vec<Owned>, Expect)>, kind: &RowInsert| {
+        let mut rest = run.drain(..).peekable();
+        while rest.peek().is_some() {
+            let left = rest.len();
+            let n = if left >= MAX_MERGED_ROWS { MAX_MERGED_ROWS } else { 1 << left.ilog2() };
+            let chunk: Vec<(usize, Vec<Owned>, Expect)> = rest.by_ref().take(n).collect();
+            let first = chunk[0].0;
+            let pending = if n == 1 {
+                let (_, params, expect) = chunk.into_iter().next().expect("one row");
+                Pending::Write { sql: kind.sql(1), params, expect, rows: None }
+            } else {
+                let why = match &chunk[0].2 {
+                    Expect::One(why) | Expect::Some(why) | Expect::Rows(_, why) => why.clone(),
+                    Expect::Any => String::new(),
+                };
+                let params = chunk.into_iter().flat_map(|(_, params, _)| params).collect();
+                Pending::Write { sql: kind.sql(n), params, expect: Expect::Rows(n as u64, why), rows: None }
+            };
+            out.push((first, pending));
+        }
+    };
+    for (i, p) in pending.into_iter().enumerate() {
+        match p {
+            Pending::Write { params, expect, rows: Some(shape), .. } => {
+                if kind.is_some_and(|k| !std::ptr::eq(k, shape)) {
+                    flush(&mut out, &mut run, kind.expect("a kind"));
+                }
+                kind = Some(shape);
+                run.push((i, params, expect));
+            }
+            other => {
+                if let Some(k) = kind.take() {
+                    flush(&mut out, &mut run, k);
+                }
+                out.push((i, other));
+            }
+        }
+    }
+    if let Some(k) = kind {
+        flush(&mut out, &mut run, k);
+    }
+    out
 }
 
 /// What the writer's batch carries from one closure to the next: the writes not sent yet,
@@ -209,7 +295,14 @@ impl<'c> PgConn<'c> {
 
     /// Keeps a write to send with the next statement.
     pub(crate) fn defer(&self, sql: impl Into<String>, params: Vec<Owned>, expect: Expect) {
-        self.pending.borrow_mut().push(Pending::Write { sql: sql.into(), params, expect });
+        self.pending.borrow_mut().push(Pending::Write { sql: sql.into(), params, expect, rows: None });
+    }
+
+    /// Keeps a one-row insert to send with the next statement, merged with the like ones
+    /// next to it.
+    pub(crate) fn defer_row(&self, kind: &'static RowInsert, params: Vec<Owned>, expect: Expect) {
+        debug_assert_eq!(params.len(), kind.width, "one parameter per column");
+        self.pending.borrow_mut().push(Pending::Write { sql: String::new(), params, expect, rows: Some(kind) });
     }
 
     /// The pending writes to send now, with this closure's savepoint set ahead of its own
@@ -241,6 +334,7 @@ impl<'c> PgConn<'c> {
         // What the batch owes its feeds goes out ahead of what is asked.
         self.pay_owed();
         let (pending, earlier) = self.to_send();
+        let (firsts, pending): (Vec<usize>, Vec<Pending>) = merge_rows(pending).into_iter().unzip();
         let client = self.client;
         let params: Vec<Vec<Param<'_>>> = pending
             .iter()
@@ -287,7 +381,7 @@ impl<'c> PgConn<'c> {
         let (prepared, sent, last) = self.blocking.block_on(run);
         let mut sent = sent.into_iter();
         let mut outcome = Ok(());
-        for (i, (p, st)) in pending.iter().zip(prepared).enumerate() {
+        for ((p, st), first) in pending.iter().zip(prepared).zip(firsts) {
             let expect = match p {
                 Pending::Write { expect, .. } => expect,
                 Pending::Savepoint => &Expect::Any,
@@ -298,7 +392,7 @@ impl<'c> PgConn<'c> {
             };
             if let Err(e) = checked {
                 // An earlier closure's write (or this one's savepoint, ahead of its writes).
-                if i < earlier || matches!(p, Pending::Savepoint) {
+                if first < earlier || matches!(p, Pending::Savepoint) {
                     self.lost.borrow_mut().get_or_insert(e.clone());
                 } else {
                     self.fail(e.clone());
@@ -473,5 +567,78 @@ impl Columns for PgRow<'_> {
         let last = self.cursor(10)?.ok_or_else(|| StoreError::Corrupt("an outbox row without a cursor".into()))?;
         let at = self.int(11)?;
         Ok(OutboxEntry { seq, feed, view, item_id, modified, payload, count, previous, last, at })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static ROW: RowInsert = RowInsert { head: "INSERT INTO t(a, b)", tail: "ON CONFLICT DO NOTHING", width: 2 };
+    static OTHER: RowInsert = RowInsert { head: "INSERT INTO u(a, b)", tail: "", width: 2 };
+
+    fn row(kind: &'static RowInsert, n: i64) -> Pending {
+        Pending::Write {
+            sql: String::new(),
+            params: owned![n, n],
+            expect: Expect::One(format!("row {n}")),
+            rows: Some(kind),
+        }
+    }
+
+    fn write(sql: &str) -> Pending {
+        Pending::Write { sql: sql.into(), params: Vec::new(), expect: Expect::Any, rows: None }
+    }
+
+    /// What goes out: each statement's SQL (rows counted), its first write's index, and how
+    /// many rows it must change.
+    fn shape(merged: Vec<(usize, Pending)>) -> Vec<(String, usize, Option<u64>)> {
+        merged
+            .into_iter()
+            .map(|(first, p)| match p {
+                Pending::Write { sql, expect, params, .. } => {
+                    let n = match expect {
+                        Expect::Rows(n, _) => Some(n),
+                        Expect::One(_) => Some(1),
+                        _ => None,
+                    };
+                    let head = sql.split(" VALUES").next().unwrap_or_default().to_string();
+                    (format!("{head}/{}", params.len()), first, n)
+                }
+                Pending::Savepoint => ("savepoint".into(), first, None),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn runs_of_like_rows_go_out_in_powers_of_two_and_never_across_another_statement() {
+        let mut pending: Vec<Pending> = (0..7).map(|n| row(&ROW, n)).collect();
+        pending.push(write("UPDATE x"));
+        pending.push(row(&ROW, 7));
+        pending.push(Pending::Savepoint);
+        pending.extend((8..10).map(|n| row(&ROW, n)));
+        pending.push(row(&OTHER, 10));
+        let t = "INSERT INTO t(a, b)";
+        assert_eq!(
+            shape(merge_rows(pending)),
+            vec![
+                (format!("{t}/8"), 0, Some(4)),
+                (format!("{t}/4"), 4, Some(2)),
+                (format!("{t}/2"), 6, Some(1)),
+                ("UPDATE x/0".into(), 7, None),
+                (format!("{t}/2"), 8, Some(1)),
+                ("savepoint".into(), 9, None),
+                (format!("{t}/4"), 10, Some(2)),
+                ("INSERT INTO u(a, b)/2".into(), 12, Some(1)),
+            ]
+        );
+        assert_eq!(ROW.sql(2), "INSERT INTO t(a, b) VALUES ($1, $2), ($3, $4) ON CONFLICT DO NOTHING");
+    }
+
+    #[test]
+    fn a_run_longer_than_a_statement_takes_is_cut() {
+        let pending: Vec<Pending> = (0..MAX_MERGED_ROWS as i64 + 3).map(|n| row(&ROW, n)).collect();
+        let rows: Vec<Option<u64>> = shape(merge_rows(pending)).into_iter().map(|(_, _, n)| n).collect();
+        assert_eq!(rows, [Some(MAX_MERGED_ROWS as u64), Some(2), Some(1)]);
     }
 }

@@ -6,7 +6,7 @@
 //! that does not) are found without a failing statement, so they do not abort the
 //! savepoint; a closure may go on after them, as it can on the other stores.
 
-use crate::connection::{Owned, PgConn, owned};
+use crate::connection::{Owned, PgConn, RowInsert, owned};
 use crate::payload;
 use feed::ports::{FeedRow, StoreError, StoreResult};
 use feed::{Change, Item};
@@ -50,13 +50,7 @@ impl FeedStatements for PgConn<'_> {
         let (created, modified) = (item.created, item.modified);
         let mut params = owned![feed, item.id.clone(), created.seq, created.t, modified.seq, modified.t];
         params.extend(version_columns(item));
-        self.defer(
-            "INSERT INTO items(feed, id, cseq, ctime, mseq, mtime, author, atom_id, categories, deleted, when_ms, payload)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-             ON CONFLICT DO NOTHING",
-            params,
-            Expect::One(format!("item {:?} or one of its seqs exists", item.id)),
-        );
+        self.defer_row(&ITEM_ROW, params, Expect::One(format!("item {:?} or one of its seqs exists", item.id)));
         Ok(())
     }
 
@@ -125,6 +119,13 @@ impl FeedStatements for PgConn<'_> {
         PgConn::kept(self)
     }
 }
+
+/// An item's row: a batch's publishes to a feed insert theirs in one statement.
+static ITEM_ROW: RowInsert = RowInsert {
+    head: "INSERT INTO items(feed, id, cseq, ctime, mseq, mtime, author, atom_id, categories, deleted, when_ms, payload)",
+    tail: "ON CONFLICT DO NOTHING",
+    width: 12,
+};
 
 /// What an item's version says, as `items` keeps it: author, atom id, categories, and the
 /// payload's columns.

@@ -39,6 +39,9 @@ pub enum Expect {
     One(String),
     /// At least one row; otherwise this error's text.
     Some(String),
+    /// Exactly this many rows (several writes sent as one statement); otherwise this
+    /// error's text.
+    Rows(u64, String),
 }
 
 impl Expect {
@@ -48,7 +51,8 @@ impl Expect {
             Expect::Any => Ok(()),
             Expect::One(_) if changed == 1 => Ok(()),
             Expect::Some(_) if changed >= 1 => Ok(()),
-            Expect::One(why) | Expect::Some(why) => Err(StoreError::Backend(why.clone())),
+            Expect::Rows(n, _) if changed == *n => Ok(()),
+            Expect::One(why) | Expect::Some(why) | Expect::Rows(_, why) => Err(StoreError::Backend(why.clone())),
         }
     }
 }
