@@ -168,7 +168,10 @@ impl PgConn<'_> {
     /// and keeps what it found for the batch's closures, the absent ones as absent.
     pub(crate) fn keep_items(&self, feed: i64, ids: &[&str]) -> StoreResult<()> {
         let Some(kept) = self.kept() else { return Ok(()) };
-        let sql = format!("SELECT {ITEM_COLUMNS} FROM items i WHERE i.feed = $1 AND i.id = ANY($2)");
+        // One index lookup per id: `i.id = ANY($2)` in a generic plan may scan the feed.
+        let sql = format!(
+            "SELECT {ITEM_COLUMNS} FROM unnest($2::text[]) AS wanted(id) JOIN items i ON i.feed = $1 AND i.id = wanted.id"
+        );
         let wanted: Vec<&str> = ids.to_vec();
         let rows = self.query(&sql, &[&feed, &wanted])?;
         let mut kept = kept.borrow_mut();
