@@ -555,15 +555,7 @@ fn a_write_that_fails_after_its_closure_ended_fails_the_whole_batch() {
         runtime().block_on(async {
             let store = PostgresStore::connect(&fresh().await, None).await.unwrap();
             publish(&store, "a".into(), 1).await.unwrap();
-            let s = store.clone();
-            let slow = tokio::spawn(async move {
-                s.write(|_| {
-                    std::thread::sleep(Duration::from_millis(400));
-                    Ok(())
-                })
-                .await
-            });
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            let slow = hold_writer(&store).await;
             let mut queued = Vec::new();
             for step in ["x", "again", "y"] {
                 let s = store.clone();
@@ -635,9 +627,9 @@ fn a_batch_reads_the_views_that_follow_a_feed_once_until_it_subscribes() {
     })
 }
 
-/// Runs `steps` (publishes of these ids to feed "f", or "subscribe": alice to its created
-/// view) as one batch: queued, in order, behind a slow closure that holds the writer.
-async fn one_batch(store: &PostgresStore, steps: &[&'static str]) {
+/// Holds the store's writer for 400 ms with a closure that sleeps, once it has begun: what
+/// is queued meanwhile runs as one batch after it.
+async fn hold_writer(store: &PostgresStore) -> tokio::task::JoinHandle<Result<(), FeedError>> {
     let s = store.clone();
     let slow = tokio::spawn(async move {
         s.write(|_| {
@@ -647,6 +639,57 @@ async fn one_batch(store: &PostgresStore, steps: &[&'static str]) {
         .await
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
+    slow
+}
+
+/// The cursors a batch's publishes make from what it keeps (the ids at the feed's newest
+/// millisecond, several publishes sharing it) are the ones a read makes afterwards.
+#[test]
+fn cursors_made_in_a_batch_are_those_a_read_makes() {
+    runtime().block_on(async {
+        let store = PostgresStore::connect(&fresh().await, None).await.unwrap();
+        publish(&store, "a".into(), 2).await.unwrap();
+        let slow = hold_writer(&store).await;
+        let mut queued = Vec::new();
+        // "b" at the millisecond of "a" (committed before the batch), then three at the next.
+        for (id, now) in [("b", 2), ("c", 3), ("d", 3), ("e", 3)] {
+            let s = store.clone();
+            queued.push(tokio::spawn(async move {
+                s.write_to("f", id, move |tx| {
+                    let mut f = tx.feed_for_update("f")?.expect("the feed");
+                    let item = tx.publish(&mut f, id.into(), entry(id), now, Order::default())?;
+                    let scope = Scope { feed: f.id, by: OrderBy::Modified, filter: &Filter::default() };
+                    Ok((id, feed::paging::cursor_of(tx, scope, item.modified)?))
+                })
+                .await
+            }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        slow.await.unwrap().unwrap();
+        let made: Vec<(&str, feed::Cursor)> =
+            futures::future::join_all(queued).await.into_iter().map(|r| r.unwrap().unwrap()).collect();
+        let read = store
+            .read(|tx| {
+                let f = tx.feed("f")?.expect("the feed");
+                let scope = Scope { feed: f.id, by: OrderBy::Modified, filter: &Filter::default() };
+                let mut cursors = Vec::new();
+                for id in ["b", "c", "d", "e"] {
+                    let item = tx.item(f.id, id)?.expect("the item");
+                    cursors.push((id, feed::paging::cursor_of(tx, scope, item.modified)?));
+                }
+                Ok(cursors)
+            })
+            .await
+            .unwrap();
+        assert_eq!(made, read);
+        assert_eq!(made[3].1.o, 2, "e is the third at its millisecond");
+    })
+}
+
+/// Runs `steps` (publishes of these ids to feed "f", or "subscribe": alice to its created
+/// view) as one batch: queued, in order, behind a slow closure that holds the writer.
+async fn one_batch(store: &PostgresStore, steps: &[&'static str]) {
+    let slow = hold_writer(store).await;
     let mut queued = Vec::new();
     for &step in steps {
         let s = store.clone();
