@@ -13,7 +13,9 @@ use feed::{Change, Item};
 use store_sql::batch_kept::Kept;
 use store_sql::dialect::{Arg, Statement};
 use store_sql::driver::{Columns, Expect, FeedStatements, Statements};
-use store_sql::reads::ITEM_COLUMNS;
+use store_sql::group_commit::Targets;
+use store_sql::reads::{FEED_COLUMNS, ITEM_COLUMNS};
+use store_sql::transaction::{feed_row, followed};
 
 impl FeedStatements for PgConn<'_> {
     /// `FOR NO KEY UPDATE`: publishers of this feed, in this process or another, queue here
@@ -164,25 +166,61 @@ impl PgConn<'_> {
         }
     }
 
-    /// Reads the items `ids` of `feed` (whose row the batch has locked) in one statement,
-    /// and keeps what it found for the batch's closures, the absent ones as absent.
-    pub(crate) fn keep_items(&self, feed: i64, ids: &[&str]) -> StoreResult<()> {
+    /// Locks the rows of the feeds a batch's jobs name, in name order, and reads the items
+    /// they name and the views that follow them: three statements, whatever the number of
+    /// feeds; all kept for the batch's closures (the absent items as absent).
+    pub(crate) fn lock_and_read(&self, targets: &Targets<'_>) -> StoreResult<()> {
         let Some(kept) = self.kept() else { return Ok(()) };
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = targets.keys().copied().collect();
+        // Rows are locked in the order the statement returns them: by name.
+        let sql = format!("SELECT {FEED_COLUMNS} FROM feeds WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE");
+        let rows = self.query(&sql, &[&names])?;
+        let feeds: Vec<FeedRow> = rows.iter().map(|r| feed_row(&self.columns(r))).collect::<StoreResult<_>>()?;
+        if feeds.is_empty() {
+            return Ok(());
+        }
+        let (mut of, mut wanted): (Vec<i64>, Vec<&str>) = (Vec::new(), Vec::new());
+        for feed in &feeds {
+            for id in targets.get(feed.name.as_str()).into_iter().flatten() {
+                of.push(feed.id);
+                wanted.push(id);
+            }
+        }
         // One index lookup per id, whatever the statistics: `i.id = ANY($2)` or a plain join
         // may be planned (once, for the cached statement) as a scan of the feed's rows.
         let sql = format!(
-            "SELECT {ITEM_COLUMNS} FROM unnest($2::text[]) AS wanted(id)
-             CROSS JOIN LATERAL (SELECT * FROM items i WHERE i.feed = $1 AND i.id = wanted.id LIMIT 1) i"
+            "SELECT {ITEM_COLUMNS}, i.feed FROM unnest($1::bigint[], $2::text[]) AS wanted(feed, id)
+             CROSS JOIN LATERAL (SELECT * FROM items i WHERE i.feed = wanted.feed AND i.id = wanted.id LIMIT 1) i"
         );
-        let wanted: Vec<&str> = ids.to_vec();
-        let rows = self.query(&sql, &[&feed, &wanted])?;
+        let items = self.query(&sql, &[&of, &wanted])?;
+        let ids: Vec<i64> = feeds.iter().map(|f| f.id).collect();
+        let views = self.query(
+            "SELECT feed, view, false FROM subscriptions WHERE feed = ANY($1)
+             UNION SELECT feed, view, true FROM hub_subscriptions WHERE feed = ANY($1)
+             ORDER BY 1, 3, 2",
+            &[&ids],
+        )?;
+        let views: Vec<(i64, String, bool)> = views
+            .iter()
+            .map(|r| Ok((self.get(r, 0)?, self.get(r, 1)?, self.get(r, 2)?)))
+            .collect::<StoreResult<_>>()?;
+        // The feed's id comes after the item's columns.
+        let feed_column = ITEM_COLUMNS.split(',').count();
         let mut kept = kept.borrow_mut();
-        for id in ids {
-            kept.keep_item(feed, id, None);
+        for (feed, id) in of.iter().zip(&wanted) {
+            kept.keep_item(*feed, id, None);
         }
-        for row in &rows {
+        for row in &items {
             let item = self.columns(row).item()?;
-            kept.keep_item(feed, &item.id.clone(), Some(item));
+            kept.keep_item(self.get(row, feed_column)?, &item.id.clone(), Some(item));
+        }
+        for feed in &feeds {
+            let rows = views.iter().filter(|(of, ..)| *of == feed.id).map(|(_, view, hub)| (view.clone(), *hub));
+            kept.keep_feed(feed);
+            kept.keep_followed(feed.id, &followed(rows.collect()));
         }
         Ok(())
     }

@@ -642,6 +642,47 @@ async fn hold_writer(store: &PostgresStore) -> tokio::task::JoinHandle<Result<()
     slow
 }
 
+/// A batch's feeds are locked, and their items and views read, in three statements however
+/// many feeds it names: a batch of publishes to three feeds costs what one to a single feed
+/// does.
+#[test]
+fn a_batch_over_several_feeds_reads_them_all_at_once() {
+    runtime().block_on(async {
+        let store = PostgresStore::connect(&fresh().await, None).await.unwrap();
+        for feed in ["a", "b", "c"] {
+            store.write(move |tx| tx.create_feed(feed).map(drop).map_err(Into::into)).await.unwrap();
+        }
+        let before = store.round_trips();
+        store.write(|_| Ok(())).await.unwrap();
+        let empty = store.round_trips() - before;
+        let before = store.round_trips();
+        let slow = hold_writer(&store).await;
+        let mut queued = Vec::new();
+        for feed in ["c", "a", "b", "a"] {
+            let s = store.clone();
+            let id = format!("{feed}-{}", queued.len());
+            queued.push(tokio::spawn(async move {
+                s.write_to(feed, &id.clone(), move |tx| {
+                    let mut f = tx.feed_for_update(feed)?.expect("the feed");
+                    tx.publish(&mut f, id.clone(), entry(&id), 5, Order::default()).map(drop)
+                })
+                .await
+            }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        slow.await.unwrap().unwrap();
+        for q in queued {
+            q.await.unwrap().expect("every publish succeeds");
+        }
+        // The batch that held the writer; then BEGIN, the locks, the items, the views, the
+        // writes, COMMIT.
+        assert_eq!(store.round_trips() - before, empty + 6);
+        let items =
+            store.read(|tx| Ok(["a", "b", "c"].map(|f| tx.feed(f).ok().flatten().map(|f| f.items)))).await.unwrap();
+        assert_eq!(items, [Some(2), Some(1), Some(1)]);
+    })
+}
+
 /// The cursors a batch's publishes make from what it keeps (the ids at the feed's newest
 /// millisecond, several publishes sharing it) are the ones a read makes afterwards.
 #[test]

@@ -21,7 +21,7 @@ use crate::connection::{Blocking, Carried, Param, PgConn};
 use crate::error::retryable;
 use deadpool_postgres::{Object, Pool};
 use feed::Change;
-use feed::ports::{ReadTx, StoreError, StoreResult, WriteTx};
+use feed::ports::{StoreError, StoreResult};
 use std::time::Duration;
 use store_sql::batch::WriteJob;
 use store_sql::batch_kept::Kept;
@@ -134,23 +134,14 @@ impl BatchTransaction for Batch<'_> {
         Ok(())
     }
 
-    /// One after the other in name order, each with the items its jobs name and the views
-    /// that follow it, kept for the closures (which then read them from the batch): the
-    /// round trips they would have made themselves.
+    /// In name order, with the items its jobs name and the views that follow them, kept for
+    /// the closures (which then read them from the batch): the round trips they would have
+    /// made themselves.
     fn lock_feeds(&mut self, targets: &Targets<'_>) -> Result<(), StoreError> {
         let (conn, blocking) = (open(&self.conn)?, self.blocking);
-        let mut tx = SqlTx::new(PgConn::batch(conn, blocking, &self.kept, Carried::default()));
-        for (feed, items) in targets {
-            let read = tx.feed_for_update(feed).and_then(|row| match row {
-                Some(row) => tx.driver().keep_items(row.id, items).and_then(|()| tx.followed_views(row.id).map(drop)),
-                None => Ok(()),
-            });
-            if let Some(e) = tx.driver().take_failure() {
-                return Err(e);
-            }
-            read?;
-        }
-        Ok(())
+        let db = PgConn::batch(conn, blocking, &self.kept, Carried::default());
+        let read = db.lock_and_read(targets);
+        db.take_failure().map_or(read, Err)
     }
 
     /// A closure that succeeds leaves its writes pending for the next (see the module docs);

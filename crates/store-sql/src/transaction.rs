@@ -8,7 +8,7 @@
 //! supplies it (see [`crate::driver`]).
 
 use crate::dialect::{Arg, Statement};
-use crate::driver::{Columns, Driver, Expect};
+use crate::driver::{Columns, Driver, Expect, Followed};
 use crate::modified_counts;
 use crate::reads::{
     FEED_COLUMNS, HUB_SUBSCRIPTION_COLUMNS, ITEM_COLUMNS, OUTBOX_COLUMNS, by_cseq_query, count_query, first_seq_query,
@@ -42,9 +42,16 @@ impl<D> SqlTx<D> {
 }
 
 /// A feed's row, from [`FEED_COLUMNS`].
-fn feed_row(r: &dyn Columns) -> StoreResult<FeedRow> {
+pub fn feed_row(r: &dyn Columns) -> StoreResult<FeedRow> {
     let (id, name, items) = (r.int(0)?, r.text(1)?, r.int(2)?.max(0) as u64);
     Ok(FeedRow { id, name, items, last_t: r.int(3)?, last_mseq: r.int(4)? })
+}
+
+/// The views that follow a feed (XMPP, WebSub), from its rows of (view, whether a WebSub
+/// subscription follows it), each kind's in view order.
+pub fn followed(rows: Vec<(String, bool)>) -> Followed {
+    let (hub, xmpp): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, hub)| *hub);
+    (xmpp.into_iter().map(|(v, _)| v).collect(), hub.into_iter().map(|(v, _)| v).collect())
 }
 
 fn subscription(r: &dyn Columns) -> StoreResult<Subscription> {
@@ -274,8 +281,7 @@ impl<D: Driver> ReadTx for SqlTx<D> {
             &[Arg::Int(feed)],
             |r| Ok((r.text(0)?, r.int(1)? == 1)),
         )?;
-        let (hub, xmpp): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, hub)| *hub);
-        let followed = (xmpp.into_iter().map(|(v, _)| v).collect(), hub.into_iter().map(|(v, _)| v).collect());
+        let followed = followed(rows);
         if let Some(kept) = self.driver.kept() {
             kept.borrow_mut().keep_followed(feed, &followed);
         }
