@@ -13,7 +13,7 @@ use feed::{Change, Item};
 use store_sql::batch_kept::Kept;
 use store_sql::dialect::{Arg, Statement};
 use store_sql::driver::{Columns, Expect, FeedStatements, Statements};
-use store_sql::group_commit::Targets;
+use store_sql::group_commit::{Busy, Targets};
 use store_sql::reads::{FEED_COLUMNS, ITEM_COLUMNS};
 use store_sql::transaction::{feed_row, followed};
 
@@ -166,21 +166,42 @@ impl PgConn<'_> {
         }
     }
 
-    /// Locks the rows of the feeds a batch's jobs name, in name order, and reads the items
-    /// they name and the views that follow them: three statements, whatever the number of
-    /// feeds; all kept for the batch's closures (the absent items as absent).
-    pub(crate) fn lock_and_read(&self, targets: &Targets<'_>) -> StoreResult<()> {
-        let Some(kept) = self.kept() else { return Ok(()) };
+    /// Locks the rows of the feeds a batch's jobs name and reads the items they name and the
+    /// views that follow them, all kept for the batch's closures (the absent items as
+    /// absent): three statements, whatever the number of feeds, and two more when some are
+    /// busy. Returns the feeds another instance holds, which it does not wait for.
+    ///
+    /// Why not wait for them: two instances writing the same feeds would then take turns for
+    /// whole batches; this way each goes on with the feeds the other does not hold. A batch
+    /// first waits, in name order, for the feeds the last one found busy (so their jobs wait
+    /// one batch at most), then takes those of the others that are free, never waiting: every
+    /// wait happens while it holds only feeds named before the one waited for, as in any
+    /// order of locking, so two instances' batches never wait on each other in a cycle. When
+    /// it would lock nothing at all, it waits for all its feeds in name order.
+    pub(crate) fn lock_and_read(&self, targets: &Targets<'_>, wait: &Busy) -> StoreResult<Busy> {
+        let Some(kept) = self.kept() else { return Ok(Busy::new()) };
         if targets.is_empty() {
-            return Ok(());
+            return Ok(Busy::new());
         }
-        let names: Vec<&str> = targets.keys().copied().collect();
-        // Rows are locked in the order the statement returns them: by name.
-        let sql = format!("SELECT {FEED_COLUMNS} FROM feeds WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE");
-        let rows = self.query(&sql, &[&names])?;
-        let feeds: Vec<FeedRow> = rows.iter().map(|r| feed_row(&self.columns(r))).collect::<StoreResult<_>>()?;
+        let (waited, others): (Vec<&str>, Vec<&str>) = targets.keys().partition(|f| wait.contains(**f));
+        let mut feeds = self.lock_rows(&waited, "")?;
+        let free = self.lock_rows(&others, " SKIP LOCKED")?;
+        let mut busy = Busy::new();
+        if free.len() < others.len() {
+            let locked: Vec<&str> = free.iter().map(|f| f.name.as_str()).collect();
+            let missing: Vec<&str> = others.iter().copied().filter(|f| !locked.contains(f)).collect();
+            // A feed not returned is busy, or absent (a publish may create it).
+            let absent_or_busy = self.query("SELECT name FROM feeds WHERE name = ANY($1)", &[&missing])?;
+            busy = absent_or_busy.iter().map(|r| self.get::<String>(r, 0)).collect::<StoreResult<_>>()?;
+            if feeds.is_empty() && free.is_empty() && !busy.is_empty() {
+                // Nothing else to do meanwhile, and nothing held: wait for them all.
+                feeds = self.lock_rows(&others, "")?;
+                busy.clear();
+            }
+        }
+        feeds.extend(free);
         if feeds.is_empty() {
-            return Ok(());
+            return Ok(busy);
         }
         let (mut of, mut wanted): (Vec<i64>, Vec<&str>) = (Vec::new(), Vec::new());
         for feed in &feeds {
@@ -222,7 +243,20 @@ impl PgConn<'_> {
             kept.keep_feed(feed);
             kept.keep_followed(feed.id, &followed(rows.collect()));
         }
-        Ok(())
+        Ok(busy)
+    }
+
+    /// Locks the rows of the feeds `names` in name order (the order the statement returns
+    /// and locks them in), `then` saying what to do with rows another transaction holds
+    /// (nothing: wait).
+    fn lock_rows(&self, names: &[&str], then: &str) -> StoreResult<Vec<FeedRow>> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql =
+            format!("SELECT {FEED_COLUMNS} FROM feeds WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE{then}");
+        let rows = self.query(&sql, &[&names])?;
+        rows.iter().map(|r| feed_row(&self.columns(r))).collect()
     }
 
     /// Appends a change to `push_log`, in its feed's shard.

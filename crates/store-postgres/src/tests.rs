@@ -683,6 +683,54 @@ fn a_batch_over_several_feeds_reads_them_all_at_once() {
     })
 }
 
+/// A batch does not wait for a feed another instance holds when it has others to write: it
+/// commits those, and the put-off publishes come in its next batch, which waits for the
+/// feed. Here instance one holds feed "a" for 600 ms; instance two's batch of publishes to
+/// "a" and "b" commits "b" meanwhile, and "a" once one lets go.
+#[test]
+fn a_batch_writes_the_feeds_it_can_while_another_instance_holds_one() {
+    runtime().block_on(async {
+        let (one, two) = two_instances().await;
+        for feed in ["a", "b"] {
+            one.write(move |tx| tx.create_feed(feed).map(drop).map_err(Into::into)).await.unwrap();
+        }
+        let started = std::time::Instant::now();
+        let s = one.clone();
+        let holder = tokio::spawn(async move {
+            s.write_to("a", "held", |tx| {
+                tx.feed_for_update("a")?.expect("the feed");
+                std::thread::sleep(Duration::from_millis(600));
+                Ok(())
+            })
+            .await
+            .map(|()| started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let slow = hold_writer(&two).await;
+        let mut queued = Vec::new();
+        for feed in ["a", "b"] {
+            let s = two.clone();
+            queued.push(tokio::spawn(async move {
+                s.write_to(feed, feed, move |tx| {
+                    let mut f = tx.feed_for_update(feed)?.expect("the feed");
+                    tx.publish(&mut f, feed.into(), entry(feed), 5, Order::default()).map(drop)
+                })
+                .await
+                .map(|()| started.elapsed())
+            }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        slow.await.unwrap().unwrap();
+        let held_until = holder.await.unwrap().unwrap();
+        let [a, b] = [queued.remove(0), queued.remove(0)];
+        let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+        assert!(b < held_until, "b ({b:?}) waited for one's hold on a (until {held_until:?})");
+        assert!(a >= held_until, "a ({a:?}) was written while one held it (until {held_until:?})");
+        let items = two.read(|tx| Ok((tx.feed("a")?.unwrap().items, tx.feed("b")?.unwrap().items))).await.unwrap();
+        assert_eq!(items, (1, 1));
+    })
+}
+
 /// The cursors a batch's publishes make from what it keeps (the ids at the feed's newest
 /// millisecond, several publishes sharing it) are the ones a read makes afterwards.
 #[test]

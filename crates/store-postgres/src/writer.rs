@@ -25,7 +25,7 @@ use feed::ports::{StoreError, StoreResult};
 use std::time::Duration;
 use store_sql::batch::WriteJob;
 use store_sql::batch_kept::Kept;
-use store_sql::group_commit::{BatchTransaction, GroupCommit, Targets, next_batch};
+use store_sql::group_commit::{BatchTransaction, Busy, GroupCommit, Targets, next_batch_after};
 use store_sql::transaction::SqlTx;
 use store_sql::writer_thread::WriterThread;
 use tokio::sync::mpsc::Receiver;
@@ -93,7 +93,8 @@ struct Writer {
 impl Writer {
     /// Serves jobs until the queue is closed and empty, a batch at a time.
     fn run(mut self, mut jobs: Receiver<Box<dyn WriteJob>>) {
-        while let Some(batch) = next_batch(&mut jobs) {
+        let mut put_off = Vec::new();
+        while let Some(batch) = next_batch_after(std::mem::take(&mut put_off), &mut jobs) {
             let mut tx = Batch {
                 pool: &self.pool,
                 blocking: &self.blocking,
@@ -102,7 +103,7 @@ impl Writer {
                 kept: Kept::default(),
                 carried: Carried::default(),
             };
-            self.commits.run(&mut tx, batch, |_| {});
+            put_off = self.commits.run(&mut tx, batch, |_| {});
         }
     }
 }
@@ -137,10 +138,10 @@ impl BatchTransaction for Batch<'_> {
     /// In name order, with the items its jobs name and the views that follow them, kept for
     /// the closures (which then read them from the batch): the round trips they would have
     /// made themselves.
-    fn lock_feeds(&mut self, targets: &Targets<'_>) -> Result<(), StoreError> {
+    fn lock_feeds(&mut self, targets: &Targets<'_>, wait: &Busy) -> Result<Busy, StoreError> {
         let (conn, blocking) = (open(&self.conn)?, self.blocking);
         let db = PgConn::batch(conn, blocking, &self.kept, Carried::default());
-        let read = db.lock_and_read(targets);
+        let read = db.lock_and_read(targets, wait);
         db.take_failure().map_or(read, Err)
     }
 

@@ -13,7 +13,7 @@
 use crate::batch::WriteJob;
 use feed::Change;
 use feed::ports::{ChangeSink, CommitObserver, StoreError};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 use tokio::sync::mpsc::Receiver;
@@ -26,7 +26,16 @@ pub const MAX_BATCH: usize = 1024;
 /// once every sender is gone and the queue is empty: queued work is always finished, which
 /// is what a graceful shutdown relies on.
 pub fn next_batch<J>(jobs: &mut Receiver<J>) -> Option<Vec<J>> {
-    let mut batch = vec![jobs.blocking_recv()?];
+    next_batch_after(Vec::new(), jobs)
+}
+
+/// [`next_batch`] after the jobs `first` (put off by the last batch: [`GroupCommit::run`]),
+/// which come first and are not waited for.
+pub fn next_batch_after<J>(first: Vec<J>, jobs: &mut Receiver<J>) -> Option<Vec<J>> {
+    let mut batch = first;
+    if batch.is_empty() {
+        batch.push(jobs.blocking_recv()?);
+    }
     while batch.len() < MAX_BATCH {
         match jobs.try_recv() {
             Ok(job) => batch.push(job),
@@ -45,8 +54,13 @@ pub trait BatchTransaction {
     /// processes write the same database: so every batch takes its feeds' locks in one order
     /// (the map's), and two processes' batches never wait on each other in a cycle (which the
     /// database would break by failing one). A store may read the items with them.
-    fn lock_feeds(&mut self, _targets: &Targets<'_>) -> Result<(), StoreError> {
-        Ok(())
+    ///
+    /// It may leave out feeds another process holds now (`Busy`): their jobs are put off to
+    /// the next batch, which must then wait for them (`wait`). A store that leaves feeds out
+    /// waits for them before any other lock, in name order, and leaves out none when it
+    /// would lock nothing else.
+    fn lock_feeds(&mut self, _targets: &Targets<'_>, _wait: &Busy) -> Result<Busy, StoreError> {
+        Ok(Busy::new())
     }
     /// Runs one job in its own savepoint: the changes it emitted when it succeeded, `None`
     /// when it failed (its savepoint rolled back, the others' work kept), an error when the
@@ -60,6 +74,9 @@ pub trait BatchTransaction {
 
 /// The feeds a batch's jobs lock first, in name order, each with the items they read.
 pub type Targets<'a> = BTreeMap<&'a str, Vec<&'a str>>;
+
+/// Feeds another process held when a batch would have locked them.
+pub type Busy = BTreeSet<String>;
 
 /// What became of a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,22 +94,25 @@ pub struct Tally {
 pub struct GroupCommit {
     sink: Option<ChangeSink>,
     observer: Option<CommitObserver>,
+    /// The feeds whose jobs the last batch put off: the next waits for them.
+    wait: Busy,
 }
 
 impl GroupCommit {
     pub fn new(sink: Option<ChangeSink>, observer: Option<CommitObserver>) -> GroupCommit {
-        GroupCommit { sink, observer }
+        GroupCommit { sink, observer, wait: Busy::new() }
     }
 
-    /// Runs `jobs` in one transaction of `db`, announces the commit, and answers every job.
-    /// `settled` learns what became of the batch before any caller is answered.
+    /// Runs `jobs` in one transaction of `db`, announces the commit, and answers every job
+    /// but those whose feeds another process held (see [`BatchTransaction::lock_feeds`]):
+    /// those are returned, in order, for the next batch to take first. `settled` learns what
+    /// became of the batch before any caller is answered.
     pub fn run(
         &mut self,
         db: &mut impl BatchTransaction,
         mut jobs: Vec<Box<dyn WriteJob>>,
         settled: impl FnOnce(Tally),
-    ) {
-        let n = jobs.len();
+    ) -> Vec<Box<dyn WriteJob>> {
         let started = Instant::now();
         let mut changes = Vec::new();
         let mut succeeded = 0;
@@ -100,7 +120,16 @@ impl GroupCommit {
         for (feed, item) in jobs.iter().filter_map(|j| j.target()) {
             targets.entry(feed).or_default().push(item);
         }
-        let outcome = db.begin().and_then(|()| db.lock_feeds(&targets)).and_then(|()| {
+        let wait = std::mem::take(&mut self.wait);
+        let mut put_off = Vec::new();
+        let locked = db.begin().and_then(|()| db.lock_feeds(&targets, &wait));
+        drop(targets);
+        let outcome = locked.and_then(|busy| {
+            if !busy.is_empty() {
+                let (later, now) = jobs.drain(..).partition(|j| j.target().is_some_and(|(f, _)| busy.contains(f)));
+                (put_off, jobs) = (later, now);
+                self.wait = busy;
+            }
             for job in jobs.iter_mut() {
                 if let Some(emitted) = db.run(job.as_mut())? {
                     succeeded += 1;
@@ -112,6 +141,7 @@ impl GroupCommit {
         if outcome.is_err() {
             db.roll_back();
         }
+        let n = jobs.len();
         settled(Tally { jobs: n, succeeded, committed: outcome.is_ok() });
         match &outcome {
             Ok(()) => {
@@ -130,5 +160,6 @@ impl GroupCommit {
         for job in jobs {
             job.answer(outcome.clone());
         }
+        put_off
     }
 }
