@@ -188,15 +188,15 @@ impl PgConn<'_> {
         let free = self.lock_rows(&others, " SKIP LOCKED")?;
         let mut busy = Busy::new();
         if free.len() < others.len() {
-            let locked: Vec<&str> = free.iter().map(|f| f.name.as_str()).collect();
-            let missing: Vec<&str> = others.iter().copied().filter(|f| !locked.contains(f)).collect();
-            // A feed not returned is busy, or absent (a publish may create it).
-            let absent_or_busy = self.query("SELECT name FROM feeds WHERE name = ANY($1)", &[&missing])?;
-            busy = absent_or_busy.iter().map(|r| self.get::<String>(r, 0)).collect::<StoreResult<_>>()?;
-            if feeds.is_empty() && free.is_empty() && !busy.is_empty() {
+            if feeds.is_empty() && free.is_empty() {
                 // Nothing else to do meanwhile, and nothing held: wait for them all.
                 feeds = self.lock_rows(&others, "")?;
-                busy.clear();
+            } else {
+                let locked: Vec<&str> = free.iter().map(|f| f.name.as_str()).collect();
+                let missing: Vec<&str> = others.iter().copied().filter(|f| !locked.contains(f)).collect();
+                // A feed not returned is busy, or absent (a publish may create it).
+                let existing = self.query("SELECT name FROM feeds WHERE name = ANY($1)", &[&missing])?;
+                busy = existing.iter().map(|r| self.get::<String>(r, 0)).collect::<StoreResult<_>>()?;
             }
         }
         feeds.extend(free);
