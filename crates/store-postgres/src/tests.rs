@@ -627,6 +627,18 @@ fn a_batch_reads_the_views_that_follow_a_feed_once_until_it_subscribes() {
     })
 }
 
+/// Publishes `id` to the existing `feed` at `now` the service's way: the feed and the item
+/// named to the store first.
+async fn publish_to(store: &PostgresStore, feed: &'static str, id: String, now: i64) -> Result<(), FeedError> {
+    let named = id.clone();
+    store
+        .write_to(feed, &named, move |tx| {
+            let mut f = tx.feed_for_update(feed)?.expect("the feed");
+            tx.publish(&mut f, id.clone(), entry(&id), now, Order::default()).map(drop)
+        })
+        .await
+}
+
 /// Holds the store's writer for 400 ms with a closure that sleeps, once it has begun: what
 /// is queued meanwhile runs as one batch after it.
 async fn hold_writer(store: &PostgresStore) -> tokio::task::JoinHandle<Result<(), FeedError>> {
@@ -659,15 +671,8 @@ fn a_batch_over_several_feeds_reads_them_all_at_once() {
         let slow = hold_writer(&store).await;
         let mut queued = Vec::new();
         for feed in ["c", "a", "b", "a"] {
-            let s = store.clone();
-            let id = format!("{feed}-{}", queued.len());
-            queued.push(tokio::spawn(async move {
-                s.write_to(feed, &id.clone(), move |tx| {
-                    let mut f = tx.feed_for_update(feed)?.expect("the feed");
-                    tx.publish(&mut f, id.clone(), entry(&id), 5, Order::default()).map(drop)
-                })
-                .await
-            }));
+            let (s, id) = (store.clone(), format!("{feed}-{}", queued.len()));
+            queued.push(tokio::spawn(async move { publish_to(&s, feed, id, 5).await }));
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         slow.await.unwrap().unwrap();
@@ -710,14 +715,9 @@ fn a_batch_writes_the_feeds_it_can_while_another_instance_holds_one() {
         let mut queued = Vec::new();
         for feed in ["a", "b"] {
             let s = two.clone();
-            queued.push(tokio::spawn(async move {
-                s.write_to(feed, feed, move |tx| {
-                    let mut f = tx.feed_for_update(feed)?.expect("the feed");
-                    tx.publish(&mut f, feed.into(), entry(feed), 5, Order::default()).map(drop)
-                })
-                .await
-                .map(|()| started.elapsed())
-            }));
+            queued.push(tokio::spawn(
+                async move { publish_to(&s, feed, feed.into(), 5).await.map(|()| started.elapsed()) },
+            ));
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         slow.await.unwrap().unwrap();
@@ -791,12 +791,7 @@ async fn one_batch(store: &PostgresStore, steps: &[&'static str]) {
                     })
                     .await;
             }
-            s.write_to("f", step, move |tx| {
-                let mut f = tx.feed_for_update("f")?.expect("the feed");
-                tx.publish(&mut f, step.into(), entry(step), 2, Order::default())?;
-                Ok(())
-            })
-            .await
+            publish_to(&s, "f", step.into(), 2).await
         }));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -820,29 +815,12 @@ fn two_instances_batches_over_the_same_feeds_never_deadlock() {
             one.write(move |tx| tx.create_feed(feed).map(drop).map_err(Into::into)).await.unwrap();
         }
         // Each writer held by a slow closure while its next publishes queue up behind it.
-        let hold = |s: PostgresStore| {
-            tokio::spawn(async move {
-                s.write(|_| {
-                    std::thread::sleep(Duration::from_millis(400));
-                    Ok(())
-                })
-                .await
-            })
-        };
-        let (held_one, held_two) = (hold(one.clone()), hold(two.clone()));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (held_one, held_two) = (hold_writer(&one).await, hold_writer(&two).await);
         let mut queued = Vec::new();
         for (n, (store, feeds)) in [(&one, ["a", "b"]), (&two, ["b", "a"])].into_iter().enumerate() {
             for feed in feeds {
-                let s = store.clone();
-                let id = format!("{n}-{feed}");
-                queued.push(tokio::spawn(async move {
-                    s.write_to(feed, &id.clone(), move |tx| {
-                        let mut f = tx.feed_for_update(feed)?.expect("the feed");
-                        tx.publish(&mut f, id.clone(), entry(&id), 5, Order::default()).map(drop)
-                    })
-                    .await
-                }));
+                let (s, id) = (store.clone(), format!("{n}-{feed}"));
+                queued.push(tokio::spawn(async move { publish_to(&s, feed, id, 5).await }));
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
