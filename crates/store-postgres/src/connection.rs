@@ -435,6 +435,19 @@ impl<'c> PgConn<'c> {
         answer.map_err(|e| self.note(e))
     }
 
+    /// All the rows of each of `statements`, run one after the other in one round trip.
+    pub(crate) fn queries(&self, statements: &[(&str, &[Param<'_>])]) -> StoreResult<Vec<Vec<Row>>> {
+        let (written, answers) = self.round_trip(|client| async move {
+            // Prepared first (from the cache, mostly: at once), so that they go out in order.
+            let prepared = join_all(statements.iter().map(|(sql, _)| client.prepare_cached(sql))).await;
+            let prepared: Vec<Prepared> = prepared.into_iter().collect::<Result<_, _>>()?;
+            let asked = prepared.iter().zip(statements).map(|(st, (_, params))| client.query(st, params));
+            join_all(asked).await.into_iter().collect::<Result<Vec<_>, _>>()
+        });
+        written?;
+        answers.map_err(|e| self.note(e))
+    }
+
     /// All the rows of a statement.
     pub(crate) fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>> {
         self.cached(sql, |client, st| async move { client.query(&st, params).await })

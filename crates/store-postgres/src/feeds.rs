@@ -10,12 +10,14 @@ use crate::connection::{Owned, PgConn, RowInsert, owned};
 use crate::payload;
 use feed::ports::{FeedRow, StoreError, StoreResult};
 use feed::{Change, Item};
+use std::sync::LazyLock;
 use store_sql::batch_kept::Kept;
 use store_sql::dialect::{Arg, Statement};
 use store_sql::driver::{Columns, Expect, FeedStatements, Statements};
 use store_sql::group_commit::{Busy, Targets};
 use store_sql::reads::{FEED_COLUMNS, ITEM_COLUMNS};
 use store_sql::transaction::{feed_row, followed};
+use tokio_postgres::Row;
 
 impl FeedStatements for PgConn<'_> {
     /// `FOR NO KEY UPDATE`: publishers of this feed, in this process or another, queue here
@@ -136,6 +138,31 @@ fn version_columns(item: &Item) -> Vec<Owned> {
     owned![item.author.clone(), item.atom_id.clone(), item.categories.clone(), deleted, when, payload.to_vec()]
 }
 
+/// Locks the rows of the feeds named in `$1` in name order (the order the statement returns
+/// and locks them in), `then` saying what to do with rows another transaction holds
+/// (nothing: wait).
+fn lock_rows(then: &str) -> String {
+    format!("SELECT {FEED_COLUMNS} FROM feeds WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE{then}")
+}
+
+/// The items named (feed names `$1`, item ids `$2`, pairwise), with their feed's id after
+/// [`ITEM_COLUMNS`]. One index lookup per id, whatever the statistics: `i.id = ANY(…)` or a
+/// plain join may be planned (once, for the cached statement) as a scan of the feed's rows.
+static ITEMS_OF_FEEDS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {ITEM_COLUMNS}, i.feed FROM unnest($1::text[], $2::text[]) AS wanted(feed, id)
+         CROSS JOIN LATERAL (SELECT * FROM items i
+             WHERE i.feed = (SELECT id FROM feeds WHERE name = wanted.feed) AND i.id = wanted.id LIMIT 1) i"
+    )
+});
+
+/// The views that follow the feeds named in `$1`: (feed id, view, whether by WebSub).
+const VIEWS_OF_FEEDS: &str = "SELECT feed, view, false FROM subscriptions
+        WHERE feed IN (SELECT id FROM feeds WHERE name = ANY($1))
+    UNION SELECT feed, view, true FROM hub_subscriptions
+        WHERE feed IN (SELECT id FROM feeds WHERE name = ANY($1))
+    ORDER BY 1, 3, 2";
+
 impl PgConn<'_> {
     /// Writes a feed's counters and adds `items` to its count of item rows. (The counts are
     /// `BIGINT`; the core's `u64` count of items never nears `i64::MAX`.)
@@ -184,46 +211,41 @@ impl PgConn<'_> {
             return Ok(Busy::new());
         }
         let (waited, others): (Vec<&str>, Vec<&str>) = targets.keys().partition(|f| wait.contains(**f));
-        let mut feeds = self.lock_rows(&waited, "")?;
-        let free = self.lock_rows(&others, " SKIP LOCKED")?;
+        let (mut item_feeds, mut item_ids): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+        for (feed, ids) in targets {
+            item_feeds.extend(std::iter::repeat_n(*feed, ids.len()));
+            item_ids.extend(ids.iter().copied());
+        }
+        let names: Vec<&str> = targets.keys().copied().collect();
+        // Rows are locked in the order the statement returns them: by name. The reads run
+        // after the locks (the statements run in order), so they see what the locks protect.
+        let (lock_waiting, lock_free) = (lock_rows(""), lock_rows(" SKIP LOCKED"));
+        let [waited_rows, free_rows, items, views]: [Vec<Row>; 4] = self
+            .queries(&[
+                (&lock_waiting, &[&waited]),
+                (&lock_free, &[&others]),
+                (&ITEMS_OF_FEEDS, &[&item_feeds, &item_ids]),
+                (VIEWS_OF_FEEDS, &[&names]),
+            ])?
+            .try_into()
+            .map_err(|_| StoreError::Backend("four answers expected".into()))?;
+        let feed_rows = |rows: &[Row]| rows.iter().map(|r| feed_row(&self.columns(r))).collect::<StoreResult<Vec<_>>>();
+        let (mut feeds, free) = (feed_rows(&waited_rows)?, feed_rows(&free_rows)?);
         let mut busy = Busy::new();
         if free.len() < others.len() {
             if feeds.is_empty() && free.is_empty() {
-                // Nothing else to do meanwhile, and nothing held: wait for them all.
-                feeds = self.lock_rows(&others, "")?;
-            } else {
-                let locked: Vec<&str> = free.iter().map(|f| f.name.as_str()).collect();
-                let missing: Vec<&str> = others.iter().copied().filter(|f| !locked.contains(f)).collect();
-                // A feed not returned is busy, or absent (a publish may create it).
-                let existing = self.query("SELECT name FROM feeds WHERE name = ANY($1)", &[&missing])?;
-                busy = existing.iter().map(|r| self.get::<String>(r, 0)).collect::<StoreResult<_>>()?;
+                // Nothing else to do meanwhile, and nothing held: wait for them all (and read
+                // again what their locks protect).
+                let all = names.iter().map(|f| f.to_string()).collect();
+                return self.lock_and_read(targets, &all);
             }
+            let locked: Vec<&str> = free.iter().map(|f| f.name.as_str()).collect();
+            let missing: Vec<&str> = others.iter().copied().filter(|f| !locked.contains(f)).collect();
+            // A feed not returned is busy, or absent (a publish may create it).
+            let existing = self.query("SELECT name FROM feeds WHERE name = ANY($1)", &[&missing])?;
+            busy = existing.iter().map(|r| self.get::<String>(r, 0)).collect::<StoreResult<_>>()?;
         }
         feeds.extend(free);
-        if feeds.is_empty() {
-            return Ok(busy);
-        }
-        let (mut of, mut wanted): (Vec<i64>, Vec<&str>) = (Vec::new(), Vec::new());
-        for feed in &feeds {
-            for id in targets.get(feed.name.as_str()).into_iter().flatten() {
-                of.push(feed.id);
-                wanted.push(id);
-            }
-        }
-        // One index lookup per id, whatever the statistics: `i.id = ANY($2)` or a plain join
-        // may be planned (once, for the cached statement) as a scan of the feed's rows.
-        let sql = format!(
-            "SELECT {ITEM_COLUMNS}, i.feed FROM unnest($1::bigint[], $2::text[]) AS wanted(feed, id)
-             CROSS JOIN LATERAL (SELECT * FROM items i WHERE i.feed = wanted.feed AND i.id = wanted.id LIMIT 1) i"
-        );
-        let items = self.query(&sql, &[&of, &wanted])?;
-        let ids: Vec<i64> = feeds.iter().map(|f| f.id).collect();
-        let views = self.query(
-            "SELECT feed, view, false FROM subscriptions WHERE feed = ANY($1)
-             UNION SELECT feed, view, true FROM hub_subscriptions WHERE feed = ANY($1)
-             ORDER BY 1, 3, 2",
-            &[&ids],
-        )?;
         let views: Vec<(i64, String, bool)> = views
             .iter()
             .map(|r| Ok((self.get(r, 0)?, self.get(r, 1)?, self.get(r, 2)?)))
@@ -231,12 +253,18 @@ impl PgConn<'_> {
         // The feed's id comes after the item's columns.
         let feed_column = ITEM_COLUMNS.split(',').count();
         let mut kept = kept.borrow_mut();
-        for (feed, id) in of.iter().zip(&wanted) {
-            kept.keep_item(*feed, id, None);
+        for feed in &feeds {
+            for id in targets.get(feed.name.as_str()).into_iter().flatten() {
+                kept.keep_item(feed.id, id, None);
+            }
         }
         for row in &items {
-            let item = self.columns(row).item()?;
-            kept.keep_item(self.get(row, feed_column)?, &item.id.clone(), Some(item));
+            let feed: i64 = self.get(row, feed_column)?;
+            // Items of feeds not locked (busy) are left: they may change before their turn.
+            if feeds.iter().any(|f| f.id == feed) {
+                let item = self.columns(row).item()?;
+                kept.keep_item(feed, &item.id.clone(), Some(item));
+            }
         }
         for feed in &feeds {
             let rows = views.iter().filter(|(of, ..)| *of == feed.id).map(|(_, view, hub)| (view.clone(), *hub));
@@ -244,19 +272,6 @@ impl PgConn<'_> {
             kept.keep_followed(feed.id, &followed(rows.collect()));
         }
         Ok(busy)
-    }
-
-    /// Locks the rows of the feeds `names` in name order (the order the statement returns
-    /// and locks them in), `then` saying what to do with rows another transaction holds
-    /// (nothing: wait).
-    fn lock_rows(&self, names: &[&str], then: &str) -> StoreResult<Vec<FeedRow>> {
-        if names.is_empty() {
-            return Ok(Vec::new());
-        }
-        let sql =
-            format!("SELECT {FEED_COLUMNS} FROM feeds WHERE name = ANY($1) ORDER BY name FOR NO KEY UPDATE{then}");
-        let rows = self.query(&sql, &[&names])?;
-        rows.iter().map(|r| feed_row(&self.columns(r))).collect()
     }
 
     /// Appends a change to `push_log`, in its feed's shard.

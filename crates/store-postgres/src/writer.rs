@@ -2,19 +2,21 @@
 //! connection in one transaction, a savepoint per closure, the commit announced to the other
 //! instances ([`commit_notices`]) with the `COMMIT`.
 //!
-//! What a batch costs in round trips: `BEGIN`; per feed its jobs name, the row locked, the
-//! items they name read, and the views that follow it read; the `COMMIT`. A closure that
-//! finds all it reads kept (see [`store_sql::batch_kept`]) sends nothing: its writes go out
-//! with the next closure's first read, or with the `COMMIT`, and its savepoint is set only
-//! if it makes a round trip of its own (see [`crate::connection`]). A write that fails once
-//! its closure has ended (a statement the store's own checks should have kept from failing)
-//! fails the whole batch: every caller gets the error, nothing is committed.
+//! What a batch costs in round trips: `BEGIN`; the rows of the feeds its jobs name locked,
+//! with the items they name and the views that follow them read, in one pipeline; the writes
+//! not sent yet; the `COMMIT`. A closure that finds all it reads kept (see
+//! [`store_sql::batch_kept`]) sends nothing: its writes go out with the next closure's first
+//! read, or before the `COMMIT`, and its savepoint is set only if it makes a round trip of
+//! its own (see [`crate::connection`]). A write that fails once its closure has ended (a
+//! statement the store's own checks should have kept from failing) fails the whole batch:
+//! every caller gets the error, nothing is committed.
 //!
 //! Several processes may write to one database: each has its own writer. A closure that
 //! stamps items locks its feed's row first (`WriteTx::feed_for_update`), so writers of one
 //! feed take turns across processes, each batch holding the lock until its COMMIT. The feeds
 //! a batch's jobs name (`Store::write_to`) are locked first, in name order, so two processes'
-//! batches over the same feeds never wait on each other in a cycle.
+//! batches over the same feeds never wait on each other in a cycle; those another process
+//! holds are put off to the next batch rather than waited for (`PgConn::lock_and_read`).
 
 use crate::commit_notices;
 use crate::connection::{Blocking, Carried, Param, PgConn};
