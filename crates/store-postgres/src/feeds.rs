@@ -108,11 +108,7 @@ impl FeedStatements for PgConn<'_> {
     fn count_item(&self, feed: i64) -> StoreResult<()> {
         match self.kept() {
             Some(kept) => kept.borrow_mut().owe(feed).items += 1,
-            None => self.defer(
-                "UPDATE feeds SET n_items = n_items + 1 WHERE id = $1",
-                owned![feed],
-                Expect::One(format!("no feed with id {feed}")),
-            ),
+            None => self.add_items(feed, 1),
         }
         Ok(())
     }
@@ -174,6 +170,15 @@ impl PgConn<'_> {
         );
     }
 
+    /// Adds `items` to the feed's count of item rows.
+    fn add_items(&self, feed: i64, items: i64) {
+        self.defer(
+            "UPDATE feeds SET n_items = n_items + $2 WHERE id = $1",
+            owned![feed, items],
+            Expect::One(format!("no feed with id {feed}")),
+        );
+    }
+
     /// Writes what the batch owes its feeds ([`store_sql::batch_kept::Owed`]), a statement
     /// or two per feed, to go out ahead of the next read or the COMMIT.
     pub(crate) fn pay_owed(&self) {
@@ -182,11 +187,7 @@ impl PgConn<'_> {
         for (feed, owed) in owed {
             match &owed.saved {
                 Some(row) => self.write_feed(row, owed.items),
-                None if owed.items != 0 => self.defer(
-                    "UPDATE feeds SET n_items = n_items + $2 WHERE id = $1",
-                    owned![feed, owed.items],
-                    Expect::One(format!("no feed with id {feed}")),
-                ),
+                None if owed.items != 0 => self.add_items(feed, owed.items),
                 None => {}
             }
             self.write_modified(feed, &owed.modified);
@@ -195,8 +196,9 @@ impl PgConn<'_> {
 
     /// Locks the rows of the feeds a batch's jobs name and reads the items they name and the
     /// views that follow them, all kept for the batch's closures (the absent items as
-    /// absent): three statements, whatever the number of feeds, and two more when some are
-    /// busy. Returns the feeds another instance holds, which it does not wait for.
+    /// absent): four statements in one round trip, whatever the number of feeds, and one
+    /// more round trip when some are busy. Returns the feeds another instance holds, which
+    /// it does not wait for.
     ///
     /// Why not wait for them: two instances writing the same feeds would then take turns for
     /// whole batches; this way each goes on with the feeds the other does not hold. A batch

@@ -133,7 +133,6 @@ fn open(conn: &Option<Object>) -> Result<&Object, StoreError> {
 impl BatchTransaction for Batch<'_> {
     fn begin(&mut self) -> Result<(), StoreError> {
         self.conn = Some(begin(self.pool, self.blocking, "BEGIN")?);
-        self.carried = Carried::default();
         Ok(())
     }
 
@@ -159,7 +158,7 @@ impl BatchTransaction for Batch<'_> {
         let mut ok = job.run(&mut tx);
         let db = tx.driver();
         if let Some(e) = db.take_lost() {
-            db.drop_own();
+            // The batch is rolled back whole: nothing pending goes on.
             db.carry();
             return Err(e);
         }
@@ -214,7 +213,6 @@ impl BatchTransaction for Batch<'_> {
     /// A failed COMMIT has ended the transaction already; otherwise it ends here. A
     /// connection in doubt is closed, not pooled again.
     fn roll_back(&mut self) {
-        self.carried = Carried::default();
         if let Some(conn) = self.conn.take()
             && self.blocking.block_on(conn.batch_execute("ROLLBACK")).is_err()
         {
