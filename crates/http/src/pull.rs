@@ -14,7 +14,7 @@ use super::schemas::{
     ErrorJson, FeedLink, FeedList, FeedPath, ItemJson, ItemPath, JsonFeed, JsonFeedItem, NotModified, PageJson,
     PullParams, Refusals,
 };
-use super::serving::AskAgain;
+use super::serving::{AskAgain, Prefetch};
 use super::{HttpState, St, json_feed, sse};
 use axum::Extension;
 use axum::extract::State;
@@ -83,7 +83,8 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
         return Ok(asking.answer(&st, &(generation, page)));
     }
     // Registered before the first read, so a change committed after it is seen.
-    let watch = st.holds.watch(p.view.view().clone());
+    let reread = Arc::new(Reread { st: st.clone(), p: p.clone() });
+    let watch = st.holds.watch(p.view.view().clone(), Some(reread));
     // A request that may be held reads as a long-poll from the start: requests asked again
     // after the same change (re-armed long-polls) share that first read too. Its tag is the
     // generation the view's counter had when it was registered; it must show at least the
@@ -225,6 +226,23 @@ async fn read_now<S: Store>(
 ) -> Result<Arc<(i64, Page)>, FeedError> {
     let g = st.generations.get(&st.svc, view).await?;
     Ok(Arc::new((g, st.svc.pull_view(view, asked.clone()).await?)))
+}
+
+/// What a held long-poll reads when woken, read by the wake-up registry before it wakes
+/// the long-polls that hold the same request ([`crate::serving::Prefetch`]): they find it
+/// read and answer at once.
+struct Reread<S: Store> {
+    st: Arc<HttpState<S>>,
+    p: Arc<Prepared>,
+}
+
+impl<S: Store> Prefetch for Reread<S> {
+    fn read(&self, generation: u64) -> BoxFuture<'static, ()> {
+        let (st, p) = (self.st.clone(), self.p.clone());
+        Box::pin(async move {
+            let _ = shared_read(&st, &p.view, &p.read, generation, 0).await;
+        })
+    }
 }
 
 /// A long-poll whose page was empty, held until an item enters the view or its deadline

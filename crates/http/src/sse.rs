@@ -88,7 +88,7 @@ pub async fn stream<S: Store>(
     // Registered before the first read, so nothing committed from here on is missed. Streams
     // starting on the same view between two of its changes share these reads.
     let place = st.holds.place().map_err(|_| ApiError::held_full())?;
-    let held = st.holds.watch(asc.view().clone());
+    let held = st.holds.watch(asc.view().clone(), None);
     let pos = match start {
         Some(p) => Some(p),
         None => {

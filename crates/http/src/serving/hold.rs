@@ -20,7 +20,7 @@
 //! a body, which [`Hold::of`] recognises.
 
 use super::places::{HeldPlaces, Place};
-use super::wakeups::{Wakeups, Watch};
+use super::wakeups::{Prefetch, Wakeups, Watch};
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode, header};
 use axum::response::Response;
@@ -82,9 +82,10 @@ impl Holds {
         Holds { wakeups, places, closing, metrics }
     }
 
-    /// Registers for `view`'s wake-ups: before the first read of a request that may be held.
-    pub fn watch(&self, view: View) -> Watch {
-        self.wakeups.watch(view)
+    /// Registers for `view`'s wake-ups: before the first read of a request that may be held,
+    /// with the read it makes when woken, if it is one the registry can make for it first.
+    pub fn watch(&self, view: View, prefetch: Option<Arc<dyn Prefetch>>) -> Watch {
+        self.wakeups.watch(view, prefetch)
     }
 
     /// A place for a request held by the face itself (an event stream), if one is free.
@@ -360,7 +361,7 @@ mod tests {
             move |res: &mut Response| record.lock().unwrap().push(res.status())
         });
         let face = tower::service_fn(move |_: Request<Body>| {
-            let w = holds.watch(view());
+            let w = holds.watch(view(), None);
             let res = holds.hold(w, Instant::now() + deadline, Asked(asked.clone())).unwrap();
             async move { Ok::<_, std::convert::Infallible>(res) }
         });
@@ -395,16 +396,16 @@ mod tests {
     async fn a_hold_needs_a_place() {
         let (holds, _, _closing) = holds(1);
         let far = Instant::now() + Duration::from_secs(60);
-        let first = holds.hold(holds.watch(view()), far, Asked(vec![])).unwrap();
-        assert!(holds.hold(holds.watch(view()), far, Asked(vec![])).is_err(), "one place");
+        let first = holds.hold(holds.watch(view(), None), far, Asked(vec![])).unwrap();
+        assert!(holds.hold(holds.watch(view(), None), far, Asked(vec![])).is_err(), "one place");
         drop(first);
-        assert!(holds.hold(holds.watch(view()), far, Asked(vec![])).is_ok(), "given back with the hold");
+        assert!(holds.hold(holds.watch(view(), None), far, Asked(vec![])).is_ok(), "given back with the hold");
     }
 
     #[tokio::test]
     async fn the_answer_comes_with_the_headers_the_layers_put_on_its_stand_in() {
         let (holds, _, _closing) = holds(1);
-        let mut stand_in = holds.hold(holds.watch(view()), Instant::now(), Asked(vec![])).unwrap();
+        let mut stand_in = holds.hold(holds.watch(view(), None), Instant::now(), Asked(vec![])).unwrap();
         // What CORS adds on the way out; the last answer has its own Vary.
         let h = stand_in.headers_mut();
         h.append(header::VARY, HeaderValue::from_static("origin"));

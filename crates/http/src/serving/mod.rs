@@ -30,7 +30,7 @@ pub mod wakeups;
 pub use connections::{ConnectionLimits, MAX_HEAD, MAX_HEADERS, serve};
 pub use hold::{AskAgain, Full, Hold, Holds, Observe, Observed, Observing, OnAnswer, observe, on_answer, settle};
 pub use places::{HeldPlaces, Place, default_max_held};
-pub use wakeups::{Wakeups, Watch};
+pub use wakeups::{Prefetch, Wakeups, Watch};
 
 /// Plain GETs a face answers itself, without its router and layers but doing all they
 /// would (the same checks, headers and observers): the most frequent requests (pulls, and

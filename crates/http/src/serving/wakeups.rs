@@ -11,6 +11,14 @@
 //! which wake-up it saw, so identical re-reads for the same one can be shared
 //! ([`super::single_flight`]).
 //!
+//! A view's holders can leave a [`Prefetch`]: the read they will make when woken. The
+//! registry then makes it before it wakes them, so each is woken once and finds its answer
+//! read, rather than woken by the change and then again by the end of a read that all of
+//! them wait for (a wake-up from the reader's thread, through the runtime's shared queue).
+//! Only the latest holder's prefetch is kept per view: holders that read something else read
+//! it themselves, as without one. A prefetch that fails or takes over [`PREFETCH_BOUND`]
+//! delays nobody past that bound: the holders are woken and read for themselves.
+//!
 //! The change sink only hands changes over (`try_send`); a task does the waking, so the
 //! store's writer never waits for it. If that hand-over queue is ever full, the next change
 //! that gets through wakes every held request (they re-read, and those with nothing new
@@ -18,19 +26,48 @@
 
 use feed::change::belongs;
 use feed::{Change, View};
+use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 /// Changes waiting to be turned into wake-ups.
 const QUEUE: usize = 4096;
+/// The longest a prefetch may delay a view's holders.
+pub const PREFETCH_BOUND: Duration = Duration::from_secs(1);
+
+/// The read a view's holders make when woken, made once for them before they are (see the
+/// module docs). It must be shared with them: a read made for wake-up `generation`, that
+/// they find when they ask for it after being woken with it.
+pub trait Prefetch: Send + Sync + 'static {
+    fn read(&self, generation: u64) -> BoxFuture<'static, ()>;
+}
+
+/// A held view: its counter, and its holders' prefetch.
+struct Held {
+    tx: watch::Sender<u64>,
+    prefetch: Option<Arc<dyn Prefetch>>,
+}
+
+/// Raises a counter to `generation`, never lowers it: wake-ups delayed by a prefetch may end
+/// out of order.
+fn raise(tx: &watch::Sender<u64>, generation: u64) {
+    tx.send_if_modified(|g| {
+        let newer = generation > *g;
+        if newer {
+            *g = generation;
+        }
+        newer
+    });
+}
 
 /// The registry; see the module docs.
 #[derive(Default)]
 pub struct Wakeups {
     /// Feed name → view → its counter. A std mutex: held for map operations only.
-    feeds: Mutex<HashMap<String, HashMap<View, watch::Sender<u64>>>>,
+    feeds: Mutex<HashMap<String, HashMap<View, Held>>>,
     /// Set when a change could not be handed over.
     lost: AtomicBool,
     /// The last wake-up's generation.
@@ -75,7 +112,7 @@ impl Drop for Watch {
         drop(self.rx.take());
         let mut feeds = self.registry.feeds.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(views) = feeds.get_mut(&self.view.feed) {
-            if views.get(&self.view).is_some_and(|tx| tx.receiver_count() == 0) {
+            if views.get(&self.view).is_some_and(|held| held.tx.receiver_count() == 0) {
                 views.remove(&self.view);
             }
             if views.is_empty() {
@@ -90,15 +127,21 @@ impl Wakeups {
         Arc::default()
     }
 
-    /// Registers a holder of `view`.
-    pub fn watch(self: &Arc<Self>, view: View) -> Watch {
+    /// Registers a holder of `view`, with the read it will make when woken, if it knows it
+    /// (which becomes the view's prefetch).
+    pub fn watch(self: &Arc<Self>, view: View, prefetch: Option<Arc<dyn Prefetch>>) -> Watch {
         let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
         let views = feeds.entry(view.feed.clone()).or_default();
-        let rx = match views.get(&view) {
-            Some(tx) => tx.subscribe(),
+        let rx = match views.get_mut(&view) {
+            Some(held) => {
+                if let Some(p) = prefetch {
+                    held.prefetch = Some(p);
+                }
+                held.tx.subscribe()
+            }
             None => {
                 let (tx, rx) = watch::channel(self.generation.load(Ordering::SeqCst));
-                views.insert(view.clone(), tx);
+                views.insert(view.clone(), Held { tx, prefetch });
                 rx
             }
         };
@@ -110,22 +153,34 @@ impl Wakeups {
         self.feeds.lock().unwrap_or_else(PoisonError::into_inner).values().map(HashMap::len).sum()
     }
 
-    /// Wakes the holders of every view of the change's feed that the change enters.
+    /// Wakes the holders of every view of the change's feed that the change enters: at once,
+    /// or, for a view with a prefetch, once it is read (by a task of its own, so that one
+    /// view's read delays no other).
     pub fn wake(&self, change: &Change) {
-        let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
-        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.lost.swap(false, Ordering::SeqCst) {
-            for tx in feeds.values().flat_map(HashMap::values) {
-                tx.send_replace(generation);
+        let mut prefetched = Vec::new();
+        {
+            let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+            let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+            if self.lost.swap(false, Ordering::SeqCst) {
+                for held in feeds.values().flat_map(HashMap::values) {
+                    raise(&held.tx, generation);
+                }
+                return;
             }
-            return;
-        }
-        if let Some(views) = feeds.get(&change.feed) {
-            for (view, tx) in views {
+            for (view, held) in feeds.get(&change.feed).into_iter().flatten() {
                 if belongs(view, &change.item, change.created) {
-                    tx.send_replace(generation);
+                    match &held.prefetch {
+                        Some(p) => prefetched.push((held.tx.clone(), p.read(generation), generation)),
+                        None => raise(&held.tx, generation),
+                    }
                 }
             }
+        }
+        for (tx, read, generation) in prefetched {
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(PREFETCH_BOUND, read).await;
+                raise(&tx, generation);
+            });
         }
     }
 
@@ -135,12 +190,12 @@ impl Wakeups {
     pub fn wake_feed(&self, feed: Option<&str>) {
         let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        let views: Box<dyn Iterator<Item = &HashMap<View, watch::Sender<u64>>>> = match feed {
+        let views: Box<dyn Iterator<Item = &HashMap<View, Held>>> = match feed {
             Some(f) => Box::new(feeds.get(f).into_iter()),
             None => Box::new(feeds.values()),
         };
-        for tx in views.flat_map(HashMap::values) {
-            tx.send_replace(generation);
+        for held in views.flat_map(HashMap::values) {
+            raise(&held.tx, generation);
         }
     }
 
@@ -197,11 +252,11 @@ mod tests {
     #[tokio::test]
     async fn a_change_wakes_the_views_it_enters_and_only_those() {
         let w = Wakeups::new();
-        let mut created = w.watch(view("f?order=created"));
-        let mut created2 = w.watch(view("f?order=created"));
-        let mut modified = w.watch(view("f?order=modified"));
-        let mut ann = w.watch(view("f?order=modified&author=ann"));
-        let mut other = w.watch(view("g?order=modified"));
+        let mut created = w.watch(view("f?order=created"), None);
+        let mut created2 = w.watch(view("f?order=created"), None);
+        let mut modified = w.watch(view("f?order=modified"), None);
+        let mut ann = w.watch(view("f?order=modified&author=ann"), None);
+        let mut other = w.watch(view("g?order=modified"), None);
         assert_eq!(w.views(), 4);
         w.wake(&change("f", false, Some("bob")));
         assert!(!woken(&mut created).await, "an update does not enter a created view");
@@ -212,5 +267,52 @@ mod tests {
         assert!(woken(&mut created).await && woken(&mut created2).await && woken(&mut ann).await);
         drop((created, created2, modified, ann, other));
         assert_eq!(w.views(), 0, "views go with their last holder");
+    }
+
+    /// A prefetch that records the generations it was asked for and ends when `go` is true.
+    struct Gated {
+        asked: Mutex<Vec<u64>>,
+        go: watch::Receiver<bool>,
+    }
+
+    impl Prefetch for Gated {
+        fn read(&self, generation: u64) -> BoxFuture<'static, ()> {
+            self.asked.lock().unwrap().push(generation);
+            let mut go = self.go.clone();
+            Box::pin(async move {
+                let _ = go.wait_for(|g| *g).await;
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn holders_are_woken_once_their_prefetch_is_read_or_its_bound_passes() {
+        let w = Wakeups::new();
+        let (open, go) = watch::channel(false);
+        let gated = Arc::new(Gated { asked: Mutex::new(vec![]), go });
+        let mut prefetched = w.watch(view("f?order=created"), Some(gated.clone()));
+        let mut other = w.watch(view("f?order=modified"), None);
+        w.wake(&change("f", true, None));
+        assert!(woken(&mut other).await, "a view without a prefetch is woken at once");
+        assert!(!woken(&mut prefetched).await, "not before its read");
+        assert_eq!(*gated.asked.lock().unwrap(), [other.generation()], "read for the wake-up's generation");
+        open.send_replace(true);
+        assert!(woken(&mut prefetched).await, "woken once read");
+        assert_eq!(prefetched.generation(), other.generation());
+        // A read that never ends delays its holders by the bound, no more.
+        open.send_replace(false);
+        w.wake(&change("f", true, None));
+        assert!(!woken(&mut prefetched).await);
+        tokio::time::sleep(PREFETCH_BOUND).await;
+        assert!(woken(&mut prefetched).await, "woken when the bound passed");
+    }
+
+    #[tokio::test]
+    async fn a_counter_never_goes_back() {
+        let (tx, rx) = watch::channel(5);
+        raise(&tx, 4);
+        assert_eq!(*rx.borrow(), 5);
+        raise(&tx, 7);
+        assert_eq!(*rx.borrow(), 7);
     }
 }
