@@ -19,6 +19,7 @@ use axum::http::{HeaderName, HeaderValue, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use feed::ports::Store;
 use futures::future::BoxFuture;
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,14 +75,15 @@ impl<S: Store> serving::Direct for FeedGets<S> {
                     }
                     Err(refused) => refused.into_response(),
                 };
-                router::count(&st, ROUTE.to_string(), started, &mut res);
+                router::count(&st, Cow::Borrowed(ROUTE), started, &mut res);
                 res
             });
             let mut res = match answer.await {
                 Ok(res) => res,
                 Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
             };
-            serving::settle(cors.iter(), &mut res);
+            // On the real answer: a held request's stand-in then carries no headers to move.
+            serving::observe(&mut res, move |res: &mut Response| serving::settle(cors.iter(), res));
             serving::observe(&mut res, logged);
             res
         })

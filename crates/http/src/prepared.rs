@@ -8,6 +8,7 @@
 //! URL over and over, so the parse, the view's resolution and the keys are made once and
 //! shared ([`PreparedPulls`]). A request that is refused (400, 403, 404) is not kept.
 
+use crate::answer_cache::{Answer, AnswerCache, Made};
 use crate::auth::Actor;
 use crate::errors::ApiError;
 use crate::formats::Format;
@@ -17,7 +18,7 @@ use crate::state::HttpState;
 use feed::ports::Store;
 use feed::service::{PullRequest, Readable};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// Distinct requests kept; past it the kept ones are forgotten and made again as asked.
 const KEEP: usize = 4096;
@@ -41,6 +42,33 @@ pub struct Prepared {
     /// Who asks and the read it asks: the key of reads shared by held requests
     /// ([`crate::serving::single_flight`]).
     pub read: Arc<(String, PullRequest)>,
+    /// The last answer given and its generation: what the requests woken by one change (and
+    /// the pollers of one URL) take, without a look-up in the kept answers by key. Weak: the
+    /// kept answers' bound holds (an answer they let go is gone here too, once given).
+    last: Mutex<(i64, Weak<Answer>)>,
+}
+
+impl Prepared {
+    /// The answer at `generation`: the last one given, or one kept in `answers`.
+    pub fn answer(&self, answers: &AnswerCache, generation: i64) -> Option<Arc<Answer>> {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(a) = last.1.upgrade().filter(|_| last.0 == generation) {
+            return Some(a);
+        }
+        let kept = answers.get(&self.key, generation)?;
+        *last = (generation, Arc::downgrade(&kept));
+        Some(kept)
+    }
+
+    /// Keeps `made`, the answer at `generation`, in `answers` and as the last one given.
+    pub fn keep(&self, answers: &AnswerCache, generation: i64, made: Made) -> Arc<Answer> {
+        let answer = answers.put(self.key.clone(), generation, made);
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.0 <= generation {
+            *last = (generation, Arc::downgrade(&answer));
+        }
+        answer
+    }
 }
 
 /// Prepared pulls by request; see the module docs.
@@ -104,5 +132,6 @@ fn prepare<S: Store>(
         timeout,
         holds,
         read: Arc::new((actor.as_str().to_string(), req)),
+        last: Mutex::new((i64::MIN, Weak::new())),
     })
 }

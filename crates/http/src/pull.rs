@@ -67,7 +67,7 @@ pub async fn feed<S: Store>(State(st): St<S>, asked: Asked<String>) -> Result<Re
     let p = &asking.p;
     let err = |e| ApiError::from_feed(e, &actor);
     let generation = Box::pin(st.generations.get(&st.svc, &p.view)).await.map_err(err)?;
-    match st.answers.get(&p.key, generation) {
+    match p.answer(&st.answers, generation) {
         // A kept empty answer of a request that holds: the request waits like any other.
         Some(a) if !(p.holds && a.empty) => return Ok(asking.respond(&st, &a)),
         _ if !p.holds && answer_cache::matches(&asking.validators, &answer_cache::etag(&p.key, generation)) => {
@@ -110,12 +110,12 @@ impl Asking {
     /// made it already), or made now and kept.
     fn answer<S: Store>(&self, st: &HttpState<S>, read: &(i64, Page)) -> Response {
         let (generation, page, p) = (read.0, &read.1, &self.p);
-        let answer = match st.answers.get(&p.key, generation) {
+        let answer = match p.answer(&st.answers, generation) {
             Some(a) => a,
             None => {
                 let (ctype, body) = render(st, &p.feed, &p.url, p.max, p.format, p.callback.as_deref(), page);
                 let made = Made { content_type: ctype, body, empty: page.items.is_empty(), archived: false };
-                st.answers.put(p.key.clone(), generation, made)
+                p.keep(&st.answers, generation, made)
             }
         };
         self.respond(st, &answer)

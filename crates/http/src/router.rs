@@ -22,6 +22,7 @@ use feed::admission::Admission;
 use feed::ports::Store;
 use feed::service::Service;
 use metrics::Metrics;
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,7 +116,7 @@ async fn gate<S: Store>(State(st): St<S>, mut req: Request, next: Next) -> Respo
         }
         Err(refused) => refused.into_response(),
     };
-    count(&st, route, started, &mut res);
+    count(&st, Cow::Owned(route), started, &mut res);
     res
 }
 
@@ -150,7 +151,7 @@ pub(crate) async fn pass<S: Store>(
 }
 
 /// Counts a request under `route` when its real answer is given.
-pub(crate) fn count<S: Store>(st: &HttpState<S>, route: String, started: Instant, res: &mut Response) {
+pub(crate) fn count<S: Store>(st: &HttpState<S>, route: Cow<'static, str>, started: Instant, res: &mut Response) {
     let metrics: Arc<Metrics> = st.metrics.clone();
     serving::observe(res, move |res: &mut Response| {
         metrics.http_request(route, res.status().as_u16(), started.elapsed());

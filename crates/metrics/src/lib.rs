@@ -11,6 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -29,8 +30,8 @@ pub struct KindLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
-    /// The matched route, e.g. `/feeds/{feed}/`.
-    pub route: String,
+    /// The matched route, e.g. `/feeds/{feed}/` (borrowed when it is known when built).
+    pub route: Cow<'static, str>,
     pub status: u16,
 }
 
@@ -192,7 +193,7 @@ impl Metrics {
     }
 
     /// One answered HTTP request.
-    pub fn http_request(&self, route: String, status: u16, took: Duration) {
+    pub fn http_request(&self, route: Cow<'static, str>, status: u16, took: Duration) {
         self.http_requests.get_or_create(&HttpLabels { route, status }).inc();
         self.http_request_seconds.observe(took.as_secs_f64());
     }
