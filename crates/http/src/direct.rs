@@ -64,7 +64,7 @@ impl<S: Store> serving::Direct for FeedGets<S> {
         let logged = router::log(&req);
         Box::pin(async move {
             let started = Instant::now();
-            let answer = tokio::time::timeout(timeout, async {
+            let answer = serving::within((started + timeout).into(), async {
                 let (parts, _) = req.into_parts();
                 let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
                 let mut res = match router::pass(&st, &parts.method, &parts.uri, &parts.headers, peer).await {
@@ -83,8 +83,10 @@ impl<S: Store> serving::Direct for FeedGets<S> {
                 Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
             };
             // On the real answer: a held request's stand-in then carries no headers to move.
-            serving::observe(&mut res, move |res: &mut Response| serving::settle(cors.iter(), res));
-            serving::observe(&mut res, logged);
+            serving::observe(&mut res, move |res: &mut Response| {
+                serving::settle(cors.iter(), res);
+                serving::Observe::answered(logged, res);
+            });
             res
         })
     }

@@ -78,6 +78,18 @@ pub struct Metrics {
 /// Counts one held request (long-poll or stream) for as long as it lives.
 pub struct HeldGuard(Gauge);
 
+/// A count of held requests of one kind; see [`Metrics::held_count`].
+#[derive(Clone)]
+pub struct HeldCount(Gauge);
+
+impl HeldCount {
+    /// One more held request until the guard drops.
+    pub fn one_more(&self) -> HeldGuard {
+        self.0.inc();
+        HeldGuard(self.0.clone())
+    }
+}
+
 impl Drop for HeldGuard {
     fn drop(&mut self) {
         self.0.dec();
@@ -200,9 +212,12 @@ impl Metrics {
 
     /// One more held request of `kind` until the guard drops.
     pub fn held(&self, kind: &'static str) -> HeldGuard {
-        let g = self.http_held.get_or_create(&HeldLabel { kind }).clone();
-        g.inc();
-        HeldGuard(g)
+        self.held_count(kind).one_more()
+    }
+
+    /// The count of held requests of `kind`, for whoever counts many (no look-up each).
+    pub fn held_count(&self, kind: &'static str) -> HeldCount {
+        HeldCount(self.http_held.get_or_create(&HeldLabel { kind }).clone())
     }
 
     /// One group commit.

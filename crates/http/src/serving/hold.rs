@@ -27,7 +27,7 @@ use axum::response::Response;
 use feed::View;
 use futures::future::BoxFuture;
 use http_body_util::Either;
-use metrics::Metrics;
+use metrics::{HeldCount, Metrics};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
@@ -65,7 +65,7 @@ pub struct Holds {
     wakeups: Arc<Wakeups>,
     places: Arc<HeldPlaces>,
     closing: watch::Receiver<bool>,
-    metrics: Arc<Metrics>,
+    longpolls: HeldCount,
 }
 
 /// All the places for held requests are taken.
@@ -79,7 +79,7 @@ impl Holds {
         closing: watch::Receiver<bool>,
         metrics: Arc<Metrics>,
     ) -> Holds {
-        Holds { wakeups, places, closing, metrics }
+        Holds { wakeups, places, closing, longpolls: metrics.held_count("longpoll") }
     }
 
     /// Registers for `view`'s wake-ups: before the first read of a request that may be held,
@@ -130,7 +130,7 @@ fn run(
 ) -> impl Future<Output = Response> + Send {
     // A block, not an `async fn`: its captures are kept once.
     async move {
-        let _held = (holds.metrics.held("longpoll"), place);
+        let _held = (holds.longpolls.one_more(), place);
         let mut until = std::pin::pin!(tokio::time::sleep_until(deadline));
         // A stop wakes every watch (see `crate::serve`); one registered after sees it here.
         while !holds.is_closing() {
@@ -142,7 +142,7 @@ fn run(
                 break;
             }
             // Bounded as the timeout layer bounds a request: only a stuck read runs into it.
-            match tokio::time::timeout_at(deadline + STUCK, ask.ask(generation)).await {
+            match within(deadline + STUCK, ask.ask(generation)).await {
                 Ok(Some(answer)) => return answer,
                 Ok(None) => {}
                 Err(_) => {
@@ -155,6 +155,17 @@ fn run(
         }
         ask.last()
     }
+}
+
+/// `fut`'s output, or `Elapsed` if `deadline` passes first; no timer is made when `fut` is
+/// ready when first polled (a woken long-poll mostly is: its read was made before it was
+/// woken), since a timer made and dropped costs a timer wheel's lock twice.
+pub async fn within<F: Future>(deadline: Instant, fut: F) -> Result<F::Output, tokio::time::error::Elapsed> {
+    let mut fut = std::pin::pin!(fut);
+    if let Poll::Ready(out) = futures::poll!(fut.as_mut()) {
+        return Ok(out);
+    }
+    tokio::time::timeout_at(deadline, fut).await
 }
 
 /// A held request's answer to come, in its stand-in's extensions (which must be `Clone +

@@ -28,7 +28,9 @@ pub mod single_flight;
 pub mod wakeups;
 
 pub use connections::{ConnectionLimits, MAX_HEAD, MAX_HEADERS, serve};
-pub use hold::{AskAgain, Full, Hold, Holds, Observe, Observed, Observing, OnAnswer, observe, on_answer, settle};
+pub use hold::{
+    AskAgain, Full, Hold, Holds, Observe, Observed, Observing, OnAnswer, observe, on_answer, settle, within,
+};
 pub use places::{HeldPlaces, Place, default_max_held};
 pub use wakeups::{Prefetch, Wakeups, Watch};
 

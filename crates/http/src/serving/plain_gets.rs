@@ -199,7 +199,7 @@ async fn next_request(
             read.reserve(1024);
         }
         tokio::select! {
-            got = tokio::time::timeout_at(deadline, tcp.read_buf(read)) => match got {
+            got = super::within(deadline, tcp.read_buf(read)) => match got {
                 Ok(Ok(n)) if n > 0 => {}
                 _ => return Err(Stop::Closed),
             },

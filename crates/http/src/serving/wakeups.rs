@@ -17,7 +17,9 @@
 //! them wait for (a wake-up from the reader's thread, through the runtime's shared queue).
 //! Only the latest holder's prefetch is kept per view: holders that read something else read
 //! it themselves, as without one. A prefetch that fails or takes over [`PREFETCH_BOUND`]
-//! delays nobody past that bound: the holders are woken and read for themselves.
+//! delays nobody past that bound: the holders are woken and read for themselves. One
+//! prefetch at a time per view: changes that come during one are read together by the next
+//! (under the newest generation), as the holders would have coalesced them.
 //!
 //! The change sink only hands changes over (`try_send`); a task does the waking, so the
 //! store's writer never waits for it. If that hand-over queue is ever full, the next change
@@ -48,7 +50,41 @@ pub trait Prefetch: Send + Sync + 'static {
 /// A held view: its counter, and its holders' prefetch.
 struct Held {
     tx: watch::Sender<u64>,
-    prefetch: Option<Arc<dyn Prefetch>>,
+    prefetch: Arc<Prefetching>,
+}
+
+/// A view's prefetch, and the wake-ups waiting for it.
+#[derive(Default)]
+struct Prefetching {
+    /// The latest holder's, if any holder left one.
+    read: Mutex<Option<Arc<dyn Prefetch>>>,
+    /// The newest generation whose holders wait for a read.
+    wanted: AtomicU64,
+    /// Whether a task reads for them.
+    running: AtomicBool,
+}
+
+impl Prefetching {
+    fn read(&self) -> Option<Arc<dyn Prefetch>> {
+        self.read.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Reads for the newest generation wanted, raises `tx` to it, and again while changes
+    /// came meanwhile; ends when none is left (or another task took over).
+    async fn run(self: Arc<Self>, tx: watch::Sender<u64>) {
+        loop {
+            let generation = self.wanted.load(Ordering::SeqCst);
+            if let Some(read) = self.read() {
+                let _ = tokio::time::timeout(PREFETCH_BOUND, read.read(generation)).await;
+            }
+            raise(&tx, generation);
+            self.running.store(false, Ordering::SeqCst);
+            // A change that came during the read, and found this task running, is its to read.
+            if self.wanted.load(Ordering::SeqCst) == generation || self.running.swap(true, Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
 }
 
 /// Raises a counter to `generation`, never lowers it: wake-ups delayed by a prefetch may end
@@ -79,6 +115,8 @@ pub struct Watch {
     registry: Arc<Wakeups>,
     view: View,
     rx: Option<watch::Receiver<u64>>,
+    /// The view's counter, to tell without the registry's lock whether other holders remain.
+    tx: watch::Sender<u64>,
 }
 
 impl Watch {
@@ -110,6 +148,10 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         drop(self.rx.take());
+        if self.tx.receiver_count() > 0 {
+            // Others hold the view: the last of them removes it.
+            return;
+        }
         let mut feeds = self.registry.feeds.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(views) = feeds.get_mut(&self.view.feed) {
             if views.get(&self.view).is_some_and(|held| held.tx.receiver_count() == 0) {
@@ -132,20 +174,16 @@ impl Wakeups {
     pub fn watch(self: &Arc<Self>, view: View, prefetch: Option<Arc<dyn Prefetch>>) -> Watch {
         let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
         let views = feeds.entry(view.feed.clone()).or_default();
-        let rx = match views.get_mut(&view) {
-            Some(held) => {
-                if let Some(p) = prefetch {
-                    held.prefetch = Some(p);
-                }
-                held.tx.subscribe()
-            }
-            None => {
-                let (tx, rx) = watch::channel(self.generation.load(Ordering::SeqCst));
-                views.insert(view.clone(), Held { tx, prefetch });
-                rx
-            }
-        };
-        Watch { registry: self.clone(), view, rx: Some(rx) }
+        if !views.contains_key(&view) {
+            let tx = watch::channel(self.generation.load(Ordering::SeqCst)).0;
+            views.insert(view.clone(), Held { tx, prefetch: Arc::default() });
+        }
+        let Some(held) = views.get_mut(&view) else { unreachable!("inserted above") };
+        if let Some(p) = prefetch {
+            *held.prefetch.read.lock().unwrap_or_else(PoisonError::into_inner) = Some(p);
+        }
+        let (tx, rx) = (held.tx.clone(), held.tx.subscribe());
+        Watch { registry: self.clone(), view, rx: Some(rx), tx }
     }
 
     /// How many distinct views are held (for tests and metrics).
@@ -157,7 +195,7 @@ impl Wakeups {
     /// or, for a view with a prefetch, once it is read (by a task of its own, so that one
     /// view's read delays no other).
     pub fn wake(&self, change: &Change) {
-        let mut prefetched = Vec::new();
+        let mut prefetches = Vec::new();
         {
             let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
             let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
@@ -168,19 +206,22 @@ impl Wakeups {
                 return;
             }
             for (view, held) in feeds.get(&change.feed).into_iter().flatten() {
-                if belongs(view, &change.item, change.created) {
-                    match &held.prefetch {
-                        Some(p) => prefetched.push((held.tx.clone(), p.read(generation), generation)),
-                        None => raise(&held.tx, generation),
-                    }
+                if !belongs(view, &change.item, change.created) {
+                    continue;
+                }
+                let p = &held.prefetch;
+                if p.read.lock().unwrap_or_else(PoisonError::into_inner).is_none() {
+                    raise(&held.tx, generation);
+                    continue;
+                }
+                p.wanted.fetch_max(generation, Ordering::SeqCst);
+                if !p.running.swap(true, Ordering::SeqCst) {
+                    prefetches.push(p.clone().run(held.tx.clone()));
                 }
             }
         }
-        for (tx, read, generation) in prefetched {
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(PREFETCH_BOUND, read).await;
-                raise(&tx, generation);
-            });
+        for prefetch in prefetches {
+            tokio::spawn(prefetch);
         }
     }
 
@@ -305,6 +346,31 @@ mod tests {
         assert!(!woken(&mut prefetched).await);
         tokio::time::sleep(PREFETCH_BOUND).await;
         assert!(woken(&mut prefetched).await, "woken when the bound passed");
+    }
+
+    #[tokio::test]
+    async fn changes_that_come_during_a_prefetch_are_read_together_by_the_next() {
+        let w = Wakeups::new();
+        let (open, go) = watch::channel(false);
+        let gated = Arc::new(Gated { asked: Mutex::new(vec![]), go });
+        let mut prefetched = w.watch(view("f?order=created"), Some(gated.clone()));
+        w.wake(&change("f", true, None));
+        while gated.asked.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // Two changes while the first read goes on.
+        w.wake(&change("f", true, None));
+        w.wake(&change("f", true, None));
+        tokio::task::yield_now().await;
+        let first = gated.asked.lock().unwrap().clone();
+        assert_eq!(first.len(), 1, "one read at a time: {first:?}");
+        open.send_replace(true);
+        assert!(woken(&mut prefetched).await);
+        while prefetched.generation() < first[0] + 2 {
+            assert!(woken(&mut prefetched).await, "raised to the newest change");
+        }
+        let asked = gated.asked.lock().unwrap().clone();
+        assert_eq!(asked, [first[0], first[0] + 2], "the two later changes read together");
     }
 
     #[tokio::test]
