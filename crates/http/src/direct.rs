@@ -22,7 +22,7 @@ use futures::future::BoxFuture;
 use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The route a feed URL's GET is counted under, as the router names it.
 const ROUTE: &str = "/feeds/{feed}/";
@@ -44,18 +44,22 @@ impl<S: Store> FeedGets<S> {
     }
 }
 
+/// The feed segment of a GET of `BASE/feeds/FEED/`, if the path is that and nothing more.
+fn feed_segment(path: &str) -> Option<&str> {
+    let segment = path.strip_prefix("/feeds/")?.strip_suffix('/')?;
+    (!segment.is_empty() && !segment.contains('/')).then_some(segment)
+}
+
 /// The feed a GET of `BASE/feeds/FEED/` names, if the path is that and nothing more.
 fn feed_of(path: &str) -> Option<String> {
-    let segment = path.strip_prefix("/feeds/")?.strip_suffix('/')?;
-    if segment.is_empty() || segment.contains('/') {
-        return None;
-    }
-    percent_decode(segment).ok()
+    percent_decode(feed_segment(path)?).ok()
 }
 
 impl<S: Store> serving::Direct for FeedGets<S> {
     fn takes(&self, req: &Request<Body>) -> bool {
-        !req.headers().contains_key(header::ORIGIN) && feed_of(req.uri().path()).is_some()
+        // Decoded here only when it has something to decode (most names have not).
+        let named = |s: &str| !s.contains('%') || percent_decode(s).is_ok();
+        !req.headers().contains_key(header::ORIGIN) && feed_segment(req.uri().path()).is_some_and(named)
     }
 
     fn get(&self, req: Request<Body>) -> BoxFuture<'static, Response> {
@@ -63,7 +67,7 @@ impl<S: Store> serving::Direct for FeedGets<S> {
         let (st, timeout, cors) = (self.st.clone(), self.timeout, self.cors.clone());
         let logged = router::log(&req);
         Box::pin(async move {
-            let started = Instant::now();
+            let started = logged.started;
             let answer = serving::within((started + timeout).into(), async {
                 let (parts, _) = req.into_parts();
                 let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);

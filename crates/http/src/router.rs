@@ -74,7 +74,8 @@ pub(crate) fn timeout(settings: &Settings) -> Duration {
 pub struct Logged {
     method: Method,
     uri: Uri,
-    started: Instant,
+    /// When the request was taken.
+    pub(crate) started: Instant,
 }
 
 /// The log of answers, at `debug` (`warn` for a server error): method, path, the real
