@@ -173,7 +173,10 @@ impl Wakeups {
     /// (which becomes the view's prefetch).
     pub fn watch(self: &Arc<Self>, view: View, prefetch: Option<Arc<dyn Prefetch>>) -> Watch {
         let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
-        let views = feeds.entry(view.feed.clone()).or_default();
+        if !feeds.contains_key(&view.feed) {
+            feeds.insert(view.feed.clone(), HashMap::new());
+        }
+        let Some(views) = feeds.get_mut(&view.feed) else { unreachable!("inserted above") };
         if !views.contains_key(&view) {
             let tx = watch::channel(self.generation.load(Ordering::SeqCst)).0;
             views.insert(view.clone(), Held { tx, prefetch: Arc::default() });
