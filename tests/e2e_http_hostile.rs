@@ -8,7 +8,6 @@
 use std::time::{Duration, Instant};
 use testkit::Shared;
 use testkit::http::{BOT, HttpFixture, http_table, put_entry};
-use testkit::process::free_port;
 use testkit::pubsub::small_entry;
 use testkit::smartfeeds::{bot_feeds, metric, scrape_metrics};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,8 +30,7 @@ static HELD_CAPPED: Shared<HttpFixture> = Shared::new();
 
 fn hostile() -> &'static Hostile {
     HOSTILE.get_or_start(|| {
-        let metrics = free_port();
-        let fx = HttpFixture::start(|port| {
+        let (fx, metrics) = HttpFixture::start_with_metrics(|port, metrics| {
             let http = http_table(port, &format!("header_timeout = {HEADER_TIMEOUT}\n"), &["bot"]);
             format!("{http}\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\n{}", bot_feeds(&["hostile", "held"]))
         });

@@ -10,7 +10,6 @@ use serde_json::Value;
 use std::time::Duration;
 use testkit::Shared;
 use testkit::http::{ADMIN, BOT, EVE, HttpFixture, http_table, put_entry};
-use testkit::process::free_port;
 use testkit::pubsub::entry;
 use testkit::smartfeeds::{bot_feeds, scrape_metrics};
 use testkit::standalone::Standalone;
@@ -25,8 +24,7 @@ static FX: Shared<Ports> = Shared::new();
 
 fn ports() -> &'static Ports {
     FX.get_or_start(|| {
-        let metrics = free_port();
-        let fx = HttpFixture::start(|http| {
+        let (fx, metrics) = HttpFixture::start_with_metrics(|http, metrics| {
             format!(
                 r#"
 [limits]
@@ -229,8 +227,7 @@ async fn forwarding_headers_name_the_client_only_from_a_trusted_proxy() {
 /// smartfeeds, which this test stops.
 #[tokio::test]
 async fn a_stop_answers_held_long_polls_and_ends_event_streams() {
-    let metrics = free_port();
-    let mut fx = HttpFixture::start(|http| {
+    let (mut fx, metrics) = HttpFixture::start_with_metrics(|http, metrics| {
         format!(
             "{}\n[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\n{}",
             http_table(http, "", &["bot"]),
@@ -275,4 +272,24 @@ async fn a_stop_answers_held_long_polls_and_ends_event_streams() {
     let status = stopping.await.unwrap().expect("smartfeeds was running");
     assert!(status.success(), "exits 0: {status:?}");
     assert!(started.elapsed() < Duration::from_secs(10), "stopped in {:?}", started.elapsed());
+}
+
+/// A fixture whose port another process takes between its pick and smartfeeds' bind is
+/// started again on fresh ports, rather than failing a test for its neighbour (seen when the
+/// whole suite runs: "Address already in use" on a metrics port). The test harness's own
+/// robustness, checked with a port held here.
+#[test]
+fn a_fixture_whose_port_was_taken_starts_again_on_another() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let taken = taken.local_addr().expect("its address").port();
+    let tries = std::sync::atomic::AtomicUsize::new(0);
+    let fx = HttpFixture::start(|port| {
+        let first = tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        let port = if first { taken } else { port };
+        format!("{}{}", http_table(port, "", &["bot"]), bot_feeds(&["again"]))
+    });
+    assert_eq!(tries.into_inner(), 2, "started again once");
+    let port: u16 = fx.base.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port in the base URL");
+    assert_ne!(port, taken);
+    assert!(testkit::process::port_open(port), "serving on {port}");
 }

@@ -30,12 +30,14 @@ struct Setup {
 
 impl Setup {
     fn start(server: TestServer) -> Setup {
-        let metrics = testkit::process::free_port();
-        let tables = format!(
-            "[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\n[push]\nbounce_limit = 2\n\n\
-             [[feeds]]\nname = \"mc\"\npublishers = [\"bot@localhost\"]\n"
-        );
-        Setup { fixture: Fixture::on(server, &tables), metrics }
+        let (fixture, ports) = Fixture::on_free_ports(server, 1, |ports| {
+            format!(
+                "[metrics]\nlisten = \"127.0.0.1:{}\"\n\n[push]\nbounce_limit = 2\n\n\
+                 [[feeds]]\nname = \"mc\"\npublishers = [\"bot@localhost\"]\n",
+                ports[0]
+            )
+        });
+        Setup { fixture, metrics: ports[0] }
     }
 
     fn server(&self) -> &'static TestServer {

@@ -150,8 +150,7 @@ fn sources() -> &'static Sources {
             "[[feeds]]\nname = \"followed\"\nsource = \"{}/feeds/up/\"\nsource_interval = 3600\n",
             up.base
         ));
-        let metrics = testkit::process::free_port();
-        let fx = HttpFixture::start(|port| {
+        let (fx, metrics) = HttpFixture::start_with_metrics(|port, metrics| {
             format!(
                 "{}[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n[hub]\nallow_private_callbacks = true\n[sources]\nallow_private = true\ntimeout = 2\n\
                  max_bytes = 200000\n{feeds}{}",

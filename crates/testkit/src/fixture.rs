@@ -18,8 +18,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 use super::logs::{KEEP_ENV, keep_dirs};
+use super::process::free_ports;
 use super::server::{TestServer, start_selected};
-use super::smartfeeds::Smartfeeds;
+use super::smartfeeds::{DEFAULT_TOP, Smartfeeds};
 
 /// The server `SMARTFEEDS_TEST_SERVER` selects and a smartfeeds connected to it.
 pub struct Fixture {
@@ -37,10 +38,26 @@ impl Fixture {
 
     /// Smartfeeds with `tables` on `server`, a server started with settings of its own.
     pub fn on(server: TestServer, tables: &str) -> Fixture {
+        Fixture::on_free_ports(server, 0, |_| tables.to_string()).0
+    }
+
+    /// Smartfeeds on `server` with `tables(ports)`, for `n` free loopback ports picked once
+    /// the server is up (its listeners, its metrics), and the ports. Between a port's pick
+    /// and smartfeeds' bind another test's process can take it: then the ports are picked
+    /// again, a few times, rather than failing the test for its neighbour.
+    pub fn on_free_ports(server: TestServer, n: usize, tables: impl Fn(&[u16]) -> String) -> (Fixture, Vec<u16>) {
         let server: &'static TestServer = Box::leak(Box::new(server));
-        let feeds = Smartfeeds::start(server, tables);
+        let mut tries = 0;
+        let (feeds, ports) = loop {
+            let ports = free_ports(n).unwrap_or_else(|e| panic!("{e}"));
+            match Smartfeeds::try_start_with(server, DEFAULT_TOP, &tables(&ports)) {
+                Ok(feeds) => break (feeds, ports),
+                Err(e) if e.contains("Address already in use") && tries < 3 => tries += 1,
+                Err(e) => panic!("{e}"),
+            }
+        };
         let cleanup = remove_on_exit(&[server.data_dir(), feeds.dir()]);
-        Fixture { server, feeds, _cleanup: cleanup }
+        (Fixture { server, feeds, _cleanup: cleanup }, ports)
     }
 }
 

@@ -13,7 +13,6 @@
 use std::time::Duration;
 
 use super::fixture::Fixture;
-use super::process::free_port;
 use super::server::start_selected;
 
 /// The HTTP bearer token of `bot@localhost`.
@@ -56,11 +55,17 @@ pub struct HttpFixture {
 impl HttpFixture {
     /// A fresh server and smartfeeds with the tables `tables(port)` returns for a free
     /// `port`: they have the `[http]` table listening there (see [`http_table`]). The port
-    /// is picked once the server is up, so it is free for as short a time as can be.
-    pub fn start(tables: impl FnOnce(u16) -> String) -> HttpFixture {
-        let server = start_selected();
-        let port = free_port();
-        HttpFixture { fx: Fixture::on(server, &tables(port)), base: format!("http://127.0.0.1:{port}") }
+    /// is picked once the server is up, so it is free for as short a time as can be, and
+    /// picked again if another process takes it first ([`Fixture::on_free_ports`]).
+    pub fn start(tables: impl Fn(u16) -> String) -> HttpFixture {
+        HttpFixture::start_with_metrics(|port, _| tables(port)).0
+    }
+
+    /// Like [`start`](Self::start), with a second free port for smartfeeds' metrics:
+    /// `tables(http, metrics)`; the fixture and the metrics port.
+    pub fn start_with_metrics(tables: impl Fn(u16, u16) -> String) -> (HttpFixture, u16) {
+        let (fx, ports) = Fixture::on_free_ports(start_selected(), 2, |p| tables(p[0], p[1]));
+        (HttpFixture { fx, base: format!("http://127.0.0.1:{}", ports[0]) }, ports[1])
     }
 
     /// The URL of `path` (`/feeds/…`) on the HTTP face.

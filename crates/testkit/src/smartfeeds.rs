@@ -93,7 +93,17 @@ impl Smartfeeds {
 
     /// Like [`start`](Self::start) with `top` instead of [`DEFAULT_TOP`] as the top-level keys.
     pub fn start_with<S: Server + ?Sized>(server: &TestServer<S>, top: &str, tables: &str) -> Smartfeeds {
-        Self::start_config(server, |db| {
+        Self::try_start_with(server, top, tables).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`start_with`](Self::start_with), but a start that fails is an error that says
+    /// why, with the end of the log, rather than a panic.
+    pub fn try_start_with<S: Server + ?Sized>(
+        server: &TestServer<S>,
+        top: &str,
+        tables: &str,
+    ) -> Result<Smartfeeds, String> {
+        Self::try_start_config(server, |db| {
             format!(
                 "{top}\n[component]\njid = \"{COMPONENT_DOMAIN}\"\nsecret = \"{}\"\nserver = \"{}\"\n\n\
                  [store]\npath = {}\n\n{tables}\n",
@@ -109,13 +119,20 @@ impl Smartfeeds {
         server: &TestServer<S>,
         make_config: impl FnOnce(&Path) -> String,
     ) -> Smartfeeds {
-        let dir = WorkDir::new("smartfeeds-e2e-").unwrap_or_else(|e| panic!("{e}"));
+        Self::try_start_config(server, make_config).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`start_config`](Self::start_config), a failed start an error rather than a panic.
+    pub fn try_start_config<S: Server + ?Sized>(
+        server: &TestServer<S>,
+        make_config: impl FnOnce(&Path) -> String,
+    ) -> Result<Smartfeeds, String> {
+        let dir = WorkDir::new("smartfeeds-e2e-").map_err(|e| e.to_string())?;
         let config = make_config(&dir.path().join("feeds.db"));
-        fs::write(dir.path().join("smartfeeds.toml"), config)
-            .unwrap_or_else(|e| panic!("cannot write the config: {e}"));
+        fs::write(dir.path().join("smartfeeds.toml"), config).map_err(|e| format!("cannot write the config: {e}"))?;
         let mut sf = Smartfeeds { dir, c2s_port: server.c2s_port(), process: None, last_exit: None };
-        sf.spawn_and_wait();
-        sf
+        sf.try_spawn_and_wait()?;
+        Ok(sf)
     }
 
     /// The temporary directory (config, database, log).
@@ -180,14 +197,19 @@ impl Smartfeeds {
     }
 
     fn spawn_and_wait(&mut self) {
+        self.try_spawn_and_wait().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_spawn_and_wait(&mut self) -> Result<(), String> {
         let mut command = Command::new(bin());
         command.arg("--config").arg(self.config_path()).current_dir(self.dir());
         command.env("RUST_LOG", "info").env_remove("SMARTFEEDS_SECRET");
-        self.process = Some(Process::spawn(command, &self.log_path()).unwrap_or_else(|e| panic!("{e}")));
+        self.process = Some(Process::spawn(command, &self.log_path()).map_err(|e| e.to_string())?);
         if let Err(e) = self.wait_ready() {
             self.kill();
-            panic!("smartfeeds did not come up: {e}\n{}", self.log_tail(40));
+            return Err(format!("smartfeeds did not come up: {e}\n{}", self.log_tail(40)));
         }
+        Ok(())
     }
 
     /// Polls disco#info on the component until it answers with a result.
