@@ -329,12 +329,18 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn holders_are_woken_once_their_prefetch_is_read_or_its_bound_passes() {
+    /// A registry, a view of `f` held with a [`Gated`] prefetch, and the gate.
+    fn prefetching() -> (Arc<Wakeups>, watch::Sender<bool>, Arc<Gated>, Watch) {
         let w = Wakeups::new();
         let (open, go) = watch::channel(false);
         let gated = Arc::new(Gated { asked: Mutex::new(vec![]), go });
-        let mut prefetched = w.watch(view("f?order=created"), Some(gated.clone()));
+        let prefetched = w.watch(view("f?order=created"), Some(gated.clone()));
+        (w, open, gated, prefetched)
+    }
+
+    #[tokio::test]
+    async fn holders_are_woken_once_their_prefetch_is_read_or_its_bound_passes() {
+        let (w, open, gated, mut prefetched) = prefetching();
         let mut other = w.watch(view("f?order=modified"), None);
         w.wake(&change("f", true, None));
         assert!(woken(&mut other).await, "a view without a prefetch is woken at once");
@@ -353,10 +359,7 @@ mod tests {
 
     #[tokio::test]
     async fn changes_that_come_during_a_prefetch_are_read_together_by_the_next() {
-        let w = Wakeups::new();
-        let (open, go) = watch::channel(false);
-        let gated = Arc::new(Gated { asked: Mutex::new(vec![]), go });
-        let mut prefetched = w.watch(view("f?order=created"), Some(gated.clone()));
+        let (w, open, gated, mut prefetched) = prefetching();
         w.wake(&change("f", true, None));
         while gated.asked.lock().unwrap().is_empty() {
             tokio::task::yield_now().await;
