@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 use super::logs::{KEEP_ENV, keep_dirs};
-use super::process::free_ports;
+use super::process::on_free_ports;
 use super::server::{TestServer, start_selected};
 use super::smartfeeds::{DEFAULT_TOP, Smartfeeds};
 
@@ -47,15 +47,8 @@ impl Fixture {
     /// again, a few times, rather than failing the test for its neighbour.
     pub fn on_free_ports(server: TestServer, n: usize, tables: impl Fn(&[u16]) -> String) -> (Fixture, Vec<u16>) {
         let server: &'static TestServer = Box::leak(Box::new(server));
-        let mut tries = 0;
-        let (feeds, ports) = loop {
-            let ports = free_ports(n).unwrap_or_else(|e| panic!("{e}"));
-            match Smartfeeds::try_start_with(server, DEFAULT_TOP, &tables(&ports)) {
-                Ok(feeds) => break (feeds, ports),
-                Err(e) if e.contains("Address already in use") && tries < 3 => tries += 1,
-                Err(e) => panic!("{e}"),
-            }
-        };
+        let (feeds, ports) = on_free_ports(n, |ports| Smartfeeds::try_start_with(server, DEFAULT_TOP, &tables(ports)))
+            .unwrap_or_else(|e| panic!("{e}"));
         let cleanup = remove_on_exit(&[server.data_dir(), feeds.dir()]);
         (Fixture { server, feeds, _cleanup: cleanup }, ports)
     }

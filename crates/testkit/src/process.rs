@@ -266,6 +266,21 @@ pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
     listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
+/// What `start` makes on `n` free loopback ports ([`free_ports`]), and the ports. Between a
+/// port's pick and its bind another test's process can take it: when `start` fails saying so
+/// ("Address already in use"), it is run again on fresh ports, three attempts in all.
+pub fn on_free_ports<T>(n: usize, mut start: impl FnMut(&[u16]) -> Result<T, String>) -> Result<(T, Vec<u16>), String> {
+    let mut attempt = 1;
+    loop {
+        let ports = free_ports(n).map_err(|e| e.to_string())?;
+        match start(&ports) {
+            Ok(started) => return Ok((started, ports)),
+            Err(e) if n > 0 && attempt < 3 && e.contains("Address already in use") => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// One free loopback port (for a listener of a test's own, such as smartfeeds' metrics).
 pub fn free_port() -> u16 {
     free_ports(1).expect("a free port")[0]

@@ -3,7 +3,7 @@
 
 use super::http::http_table;
 use super::logs;
-use super::process::{Process, free_port};
+use super::process::{Process, on_free_ports};
 use super::smartfeeds::{bin, bot_feeds};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -44,8 +44,8 @@ impl Standalone {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let wrapper: Vec<String> = wrapper.iter().map(|w| w.to_string()).collect();
         let mut sf = Standalone { dir, base: String::new(), port: 0, process: None, wrapper };
-        for attempt in 1.. {
-            let port = free_port();
+        on_free_ports(1, |ports| {
+            let port = ports[0];
             let config = format!(
                 "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\nserver = \"127.0.0.1:1\"\n\
                  [store]\npath = \"{}\"\n{}{tables}\n{}",
@@ -55,12 +55,9 @@ impl Standalone {
             );
             std::fs::write(sf.dir.path().join("c.toml"), config).expect("the configuration written");
             (sf.base, sf.port) = (format!("http://127.0.0.1:{port}"), port);
-            match sf.spawn() {
-                Ok(()) => break,
-                Err(log) if attempt < 3 && log.contains("Address already in use") => continue,
-                Err(log) => panic!("smartfeeds did not start:\n{log}"),
-            }
-        }
+            sf.spawn()
+        })
+        .unwrap_or_else(|log| panic!("smartfeeds did not start:\n{log}"));
         sf
     }
 
