@@ -8,7 +8,6 @@
 
 use std::time::{Duration, Instant};
 use testkit::http::{BOT, put_entry};
-use testkit::process::free_port;
 use testkit::pubsub::{ATOM, PUBSUB, esc, now_ms, rfc3339};
 use testkit::server::prosody::FOLLOWER;
 use testkit::smartfeeds::{metric, scrape_metrics};
@@ -93,12 +92,8 @@ async fn now_next_second() -> String {
 /// then a Prosody whose node `ours` follows the view `f?order=modified` by its Atom URL;
 /// and the port of smartfeeds' metrics.
 async fn follow(signature: &str) -> (Standalone, TestServer<Prosody>, u16) {
-    let metrics = free_port();
-    let tables = format!(
-        "[hub]\nallow_private_callbacks = true\nsignature = \"{signature}\"\n\
-         [metrics]\nlisten = \"127.0.0.1:{metrics}\"\n"
-    );
-    let sf = tokio::task::block_in_place(|| Standalone::start("", &["f"], &tables));
+    let tables = format!("[hub]\nallow_private_callbacks = true\nsignature = \"{signature}\"\n");
+    let (sf, metrics) = tokio::task::block_in_place(|| Standalone::start_with_metrics("", &["f"], &tables));
     put(&sf.base, "a", "first", "2024-01-01T00:00:00Z").await;
     put(&sf.base, "b", "second", "2024-01-02T00:00:00Z").await;
     let atom = format!("{}/feeds/f/?order=modified&format=atom", sf.base);

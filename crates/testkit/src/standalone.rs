@@ -23,29 +23,46 @@ impl Standalone {
     /// users `bot` and `alice` have tokens), the feeds `feeds` (published by `bot`) and the
     /// extra tables `tables`; returns once HTTP answers.
     pub fn start(http: &str, feeds: &[&str], tables: &str) -> Standalone {
-        Standalone::start_with(&[], |_| http.to_string(), feeds, tables)
+        Standalone::start_with(&[], |_| http.to_string(), feeds, |_| tables.to_string(), 0).0
+    }
+
+    /// [`start`](Self::start) with a `[metrics]` table on a port picked with the HTTP port
+    /// (and picked again with it when taken): smartfeeds and its metrics port.
+    pub fn start_with_metrics(http: &str, feeds: &[&str], tables: &str) -> (Standalone, u16) {
+        let metrics = |ports: &[u16]| format!("{tables}\n[metrics]\nlisten = \"127.0.0.1:{}\"\n", ports[0]);
+        let (sf, ports) = Standalone::start_with(&[], |_| http.to_string(), feeds, metrics, 1);
+        (sf, ports[0])
     }
 
     /// [`start`](Self::start) with `[http] base_url` set to its own address (what smartfeeds
     /// needs to give others callback URLs, e.g. to subscribe to its sources' hubs).
     pub fn start_public(http: &str, feeds: &[&str], tables: &str) -> Standalone {
-        Standalone::start_with(&[], |port| format!("base_url = \"http://127.0.0.1:{port}\"\n{http}"), feeds, tables)
+        let http = |port| format!("base_url = \"http://127.0.0.1:{port}\"\n{http}");
+        Standalone::start_with(&[], http, feeds, |_| tables.to_string(), 0).0
     }
 
     /// [`start`](Self::start) with the binary run by `wrapper` (a command and its first
     /// arguments, to which the binary and its arguments are appended).
     pub fn start_under(wrapper: &[&str], http: &str, feeds: &[&str], tables: &str) -> Standalone {
-        Standalone::start_with(wrapper, |_| http.to_string(), feeds, tables)
+        Standalone::start_with(wrapper, |_| http.to_string(), feeds, |_| tables.to_string(), 0).0
     }
 
-    /// Starts on a free port with the `[http]` keys `http(port)`; on another port if another
-    /// test's process took this one between its release and smartfeeds' bind.
-    fn start_with(wrapper: &[&str], http: impl Fn(u16) -> String, feeds: &[&str], tables: &str) -> Standalone {
+    /// Starts on a free port with the `[http]` keys `http(port)` and the tables
+    /// `tables(more)`, `more` being `n` other free ports; on other ports if another test's
+    /// process took one between its release and smartfeeds' bind. Returns the `more` ports.
+    fn start_with(
+        wrapper: &[&str],
+        http: impl Fn(u16) -> String,
+        feeds: &[&str],
+        tables: impl Fn(&[u16]) -> String,
+        n: usize,
+    ) -> (Standalone, Vec<u16>) {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let wrapper: Vec<String> = wrapper.iter().map(|w| w.to_string()).collect();
         let mut sf = Standalone { dir, base: String::new(), port: 0, process: None, wrapper };
-        on_free_ports(1, |ports| {
-            let port = ports[0];
+        let (_, ports) = on_free_ports(1 + n, |ports| {
+            let (port, more) = (ports[0], &ports[1..]);
+            let tables = tables(more);
             let config = format!(
                 "[component]\njid = \"feeds.localhost\"\nsecret = \"s\"\nserver = \"127.0.0.1:1\"\n\
                  [store]\npath = \"{}\"\n{}{tables}\n{}",
@@ -58,7 +75,7 @@ impl Standalone {
             sf.spawn()
         })
         .unwrap_or_else(|log| panic!("smartfeeds did not start:\n{log}"));
-        sf
+        (sf, ports[1..].to_vec())
     }
 
     /// Runs the binary on the configuration and waits until it listens on its port (the log
