@@ -349,6 +349,36 @@ async fn slow_clients_are_cut_off_by_the_header_timeout() {
     assert!(cut(started.elapsed()), "an idle connection is closed after the header timeout: {:?}", started.elapsed());
 }
 
+/// The header timeout's timer outlives a request held longer than it: the connection serves
+/// its next request, and is closed once idle for the timeout after that answer.
+#[tokio::test]
+async fn a_connection_held_past_the_header_timeout_serves_on_and_idles_out() {
+    let fx = &hostile().fx;
+    let timeout = Duration::from_secs(HEADER_TIMEOUT);
+    let kept = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes();
+    let mut s = TcpStream::connect(addr(fx)).await.unwrap();
+    let newest = "/feeds/hostile/?order=-created&max=1&timeout=0";
+    s.write_all(&kept(newest)).await.unwrap();
+    let first = read_answer(&mut s).await.expect("an answer");
+    assert_eq!(first.status, 200, "{}", first.body);
+    let cursor = first.body.split("\"last_cursor\":\"").nth(1).map(|r| r.split('"').next().unwrap_or("").to_string());
+    let since = cursor.map(|c| format!("&since=cursor:{c}")).unwrap_or_default();
+    // Held for twice the header timeout: nothing is published meanwhile.
+    let held = Instant::now();
+    let poll = format!("/feeds/hostile/?order=created{since}&timeout={}", 2 * HEADER_TIMEOUT);
+    s.write_all(&kept(&poll)).await.unwrap();
+    let answer = tokio::time::timeout(4 * timeout, read_answer(&mut s)).await.expect("answered in time");
+    assert_eq!(answer.map(|a| a.status), Some(200), "the long-poll ends with an empty page at its deadline");
+    assert!(held.elapsed() >= 2 * timeout - Duration::from_millis(300), "held: {:?}", held.elapsed());
+    // The same connection serves on, then idles out after the header timeout.
+    s.write_all(&kept("/feeds/hostile/")).await.unwrap();
+    assert_eq!(read_answer(&mut s).await.map(|a| a.status), Some(200), "the next request on the connection");
+    let idle = Instant::now();
+    assert!(closed_within(&mut s, Duration::from_secs(30)).await, "closed");
+    let took = idle.elapsed();
+    assert!(took >= timeout - Duration::from_millis(300) && took < timeout + Duration::from_secs(2), "{took:?}");
+}
+
 /// Slow-loris connections held by an attacker, each opened again as soon as the server
 /// cuts it off, until `stop` is set.
 fn slow_loris(addr: String, n: usize, stop: tokio::sync::watch::Receiver<bool>) -> Vec<tokio::task::JoinHandle<()>> {

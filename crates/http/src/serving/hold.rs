@@ -135,6 +135,8 @@ fn run(
         // A stop wakes every watch (see `crate::serve`); one registered after sees it here.
         while !holds.is_closing() {
             let generation = tokio::select! {
+                // A change first: a request woken as its deadline passes answers what changed.
+                biased;
                 generation = watch.changed() => generation,
                 () = &mut until => break,
             };

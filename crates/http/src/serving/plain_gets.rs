@@ -24,7 +24,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
 use bytes::{Buf, Bytes};
 use futures::FutureExt;
-use futures::future::Either as OneOf;
+use futures::future::BoxFuture;
 use http_body_util::{BodyExt, Either};
 use std::convert::Infallible;
 use std::io::Write;
@@ -59,8 +59,12 @@ pub(super) enum Ended {
 /// Serves `tcp`'s plain GETs until it closes or a request is not plain.
 pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
     let mut read = Vec::new();
+    // The header timeout's timer, one for the connection's life: set again for each request,
+    // later each time, it is moved without the timer wheel's lock (a timer made per request
+    // costs that lock twice, once when made and once when dropped).
+    let mut head_due = std::pin::pin!(tokio::time::sleep_until(Instant::now() + plain.header_timeout));
     loop {
-        let (request, close) = match next_request(&mut tcp, &mut read, plain).await {
+        let (request, close) = match next_request(&mut tcp, &mut read, head_due.as_mut(), plain).await {
             Ok(next) => next,
             Err(Stop::Closed) => return Ended::Closed,
             Err(Stop::NotPlain) => return Ended::ToHyper(tcp, read),
@@ -79,12 +83,13 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
             read = Vec::new();
         }
         // The face is always ready (no layer of it holds requests back): called without asking,
-        // on a clone made for the call.
-        let call = Box::pin(if plain.direct.takes(&request) {
-            OneOf::Left(plain.direct.get(request).map(Ok::<_, Infallible>))
+        // on a clone made for the call. The direct answer comes boxed already.
+        let call = if plain.direct.takes(&request) {
+            plain.direct.get(request)
         } else {
-            OneOf::Right(crate::App::clone(&plain.app).call(request))
-        });
+            let routed = crate::App::clone(&plain.app).call(request);
+            Box::pin(routed.map(|answer| answer.unwrap_or_else(|never: Infallible| match never {})))
+        };
         let Some(response) = answer(&mut tcp, &mut read, call).await else {
             return Ended::Closed;
         };
@@ -106,21 +111,22 @@ pub(super) async fn serve(mut tcp: TcpStream, plain: &mut Plain) -> Ended {
 /// is boxed and dropped once it answers; an answer it gives later (a held long-poll,
 /// [`super::hold`]) is waited for alone, so a held request keeps only its wait. Small
 /// futures on purpose: a connection's task has room for the largest one all its life.
-async fn answer<B>(
+/// (Each `select!` here and below polls the work first: the other branch only ends it, so
+/// there is no fairness to draw lots for.)
+async fn answer(
     tcp: &mut TcpStream,
     read: &mut Vec<u8>,
-    call: Pin<Box<impl Future<Output = Result<Response<B>, Infallible>>>>,
-) -> Option<Response<Either<B, Body>>> {
+    call: BoxFuture<'static, Response<Body>>,
+) -> Option<Response<Either<Body, Body>>> {
     let response = tokio::select! {
-        answer = call => match answer {
-            Ok(r) => r,
-            Err(never) => match never {},
-        },
+        biased;
+        answer = call => answer,
         () = peer_gone(tcp, read) => return None,
     };
     match super::hold::split(response) {
         Err(response) => Some(response.map(Either::Left)),
         Ok((added, wait)) => tokio::select! {
+            biased;
             mut answer = wait => {
                 super::hold::settle(&added.0, &mut answer);
                 Some(answer.map(Either::Right))
@@ -172,15 +178,16 @@ enum Stop {
     TargetTooLong,
 }
 
-/// Reads until the next request's head is whole (within the header timeout): the request
-/// and whether the client asked to close after it. Closed when the client closes, the
-/// timeout runs out, or the face stops while nothing is read.
+/// Reads until the next request's head is whole (within the header timeout, `due`): the
+/// request and whether the client asked to close after it. Closed when the client closes,
+/// the timeout runs out, or the face stops while nothing is read.
 async fn next_request(
     tcp: &mut TcpStream,
     read: &mut Vec<u8>,
+    mut due: Pin<&mut tokio::time::Sleep>,
     plain: &mut Plain,
 ) -> Result<(Request<Body>, bool), Stop> {
-    let deadline = Instant::now() + plain.header_timeout;
+    due.as_mut().reset(Instant::now() + plain.header_timeout);
     loop {
         if !read.is_empty() {
             match parse(read, plain.peer) {
@@ -199,10 +206,12 @@ async fn next_request(
             read.reserve(1024);
         }
         tokio::select! {
-            got = super::within(deadline, tcp.read_buf(read)) => match got {
-                Ok(Ok(n)) if n > 0 => {}
+            biased;
+            got = tcp.read_buf(read) => match got {
+                Ok(n) if n > 0 => {}
                 _ => return Err(Stop::Closed),
             },
+            () = due.as_mut() => return Err(Stop::Closed),
             _ = plain.stopping.changed(), if read.is_empty() => return Err(Stop::Closed),
         }
     }
@@ -384,6 +393,7 @@ async fn write_response<B: HttpBody<Data = Bytes>>(
     }
     loop {
         let frame = tokio::select! {
+            biased;
             frame = body.frame() => frame,
             () = peer_gone(tcp, read) => return false,
         };
