@@ -25,7 +25,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, 
 use bytes::{Buf, Bytes};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Either};
+use http_body_util::BodyExt;
 use std::convert::Infallible;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -117,19 +117,19 @@ async fn answer(
     tcp: &mut TcpStream,
     read: &mut Vec<u8>,
     call: BoxFuture<'static, Response<Body>>,
-) -> Option<Response<Either<Body, Body>>> {
+) -> Option<Response<Body>> {
     let response = tokio::select! {
         biased;
         answer = call => answer,
         () = peer_gone(tcp, read) => return None,
     };
     match super::hold::split(response) {
-        Err(response) => Some(response.map(Either::Left)),
+        Err(response) => Some(response),
         Ok((added, wait)) => tokio::select! {
             biased;
             mut answer = wait => {
                 super::hold::settle(&added.0, &mut answer);
-                Some(answer.map(Either::Right))
+                Some(answer)
             }
             () = peer_gone(tcp, read) => None,
         },
