@@ -32,8 +32,10 @@
 //!   check and stops after at most the batch in hand. Around a crash, only the batch in
 //!   flight (read, not yet deleted) may be pushed again by the new owner; nothing is
 //!   skipped.
-//! - **Wake-ups.** Every instance listens; a notification wakes the relay at once, and a
-//!   poll every [`TICK`] covers notifications lost with a connection.
+//! - **Wake-ups.** Every instance listens; a notification of a commit that logged changes
+//!   wakes the relay at once (one that logged none, most writes to feeds nobody follows,
+//!   does not: `commit_notices`), and a poll every [`TICK`] covers notifications lost with a
+//!   connection.
 //!
 //! An instance whose link to the XMPP server is down owns nothing (a hot standby, or one
 //! whose server went away), so its shards go to instances that can deliver.
@@ -183,7 +185,9 @@ impl Relay {
         let driver = tokio::spawn(async move {
             while let Some(msg) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
                 match msg {
-                    Ok(AsyncMessage::Notification(_)) => woken.notify_one(),
+                    Ok(AsyncMessage::Notification(n)) if super::commit_notices::wakes_relay(n.payload()) => {
+                        woken.notify_one()
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         tracing::debug!(error = %e, "push relay: connection ended");

@@ -196,7 +196,9 @@ impl BatchTransaction for Batch<'_> {
         if changes.is_empty() {
             return blocking.block_on(conn.batch_execute("COMMIT")).map_err(crate::error::store_error);
         }
-        let payload = commit_notices::payload(self.instance, changes.iter().map(|c| c.feed.as_str()));
+        // A change with subscribed views was logged to push (`WriteTx::emit`).
+        let pushes = changes.iter().any(|c| !c.views.is_empty());
+        let payload = commit_notices::payload(self.instance, changes.iter().map(|c| c.feed.as_str()), pushes);
         let (notified, committed) = blocking.block_on(async {
             // Prepared first (cached after the first batch), so that the notice goes out first.
             let notify = match conn.prepare_cached("SELECT pg_notify($1, $2)").await {
