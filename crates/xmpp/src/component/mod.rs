@@ -5,6 +5,7 @@
 //! hostile stanza from taking the link down.
 
 pub mod stream;
+mod typed;
 
 use crate::multicast::Outgoing as PushOut;
 use crate::reply::Reply;
@@ -100,16 +101,13 @@ async fn read(reader: &mut Reader) -> Read {
         Frame::Element(el) if el.name() == "error" && el.ns() == "http://etherx.jabber.org/streams" => {
             Read::Gone(format!("stream error: {}", stream::stream_error(&el)))
         }
-        Frame::Element(el) => {
-            let header = Header::of_element(&el);
-            match Stanza::try_from(el) {
-                Ok(s) => Read::Stanza(Box::new(s)),
-                Err(xso::error::FromElementError::Mismatch(el)) => Read::Other(el.name().to_string()),
-                Err(xso::error::FromElementError::Invalid(e)) => {
-                    Read::Malformed { header, why: e.to_string(), over_limit: false }
-                }
+        Frame::Element(el) => match typed::stanza(el).map_err(|e| *e) {
+            Ok(s) => Read::Stanza(Box::new(s)),
+            Err((_, xso::error::FromElementError::Mismatch(el))) => Read::Other(el.name().to_string()),
+            Err((header, xso::error::FromElementError::Invalid(e))) => {
+                Read::Malformed { header, why: e.to_string(), over_limit: false }
             }
-        }
+        },
         Frame::Dropped { header, why, over_limit } => Read::Malformed { header, why, over_limit },
         Frame::End(why) => Read::Gone(why),
     }
