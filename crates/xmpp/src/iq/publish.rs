@@ -16,7 +16,7 @@ pub struct Publish {
 
 impl Publish {
     pub fn parse(payload: Element) -> Result<Publish, StanzaError> {
-        let req = PublishRequest::try_from(payload).map_err(|e| bad_request(&format!("malformed publish: {e}")))?;
+        let req = PublishRequest::from_tree(payload).map_err(|e| bad_request(&format!("malformed publish: {e}")))?;
         let node = req.publish.node;
         let Ok([item]) = <[PublishItem; 1]>::try_from(req.publish.items) else {
             return Err(bad_request_app("publish exactly one <item/>", App::ItemRequired));
