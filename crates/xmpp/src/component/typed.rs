@@ -46,10 +46,7 @@ fn request(mut el: Element) -> Result<Iq, Element> {
     if !texts_ok || el.children().next().is_none() {
         return Err(el);
     }
-    let Some(payload) = el.take_nodes().into_iter().find_map(|n| match n {
-        Node::Element(e) => Some(e),
-        Node::Text(_) => None,
-    }) else {
+    let Some(payload) = el.take_nodes().into_iter().find_map(Node::into_element) else {
         unreachable!("an element child was seen above")
     };
     Ok(match set {

@@ -66,8 +66,10 @@ impl PublishRequest {
         if !usual {
             return Err(elem);
         }
-        let mut publish = elem.take_nodes().into_iter().find_map(Node::into_element).unwrap_or_else(|| unreachable!());
-        let node = publish.attr("node").unwrap_or_else(|| unreachable!()).to_owned();
+        let Some(mut publish) = elem.take_nodes().into_iter().find_map(Node::into_element) else {
+            unreachable!("one <publish> was seen above")
+        };
+        let Some(node) = publish.attr("node").map(str::to_owned) else { unreachable!("its node was seen above") };
         let items = publish.take_nodes().into_iter().filter_map(Node::into_element).map(PublishItem::of_tree).collect();
         Ok(PublishRequest { publish: Publish { node, items }, options: None })
     }
@@ -234,7 +236,8 @@ mod tests {
 
     #[test]
     fn the_usual_publish_keeps_the_elements_read() {
-        let xml = "<pubsub xmlns='http://jabber.org/protocol/pubsub'><publish node='c'><item id='X'>            <e xmlns='urn:x' xmlns:y='urn:y'><y:f/></e></item></publish></pubsub>";
+        let xml = "<pubsub xmlns='http://jabber.org/protocol/pubsub'><publish node='c'><item id='X'>\
+            <e xmlns='urn:x' xmlns:y='urn:y'><y:f/></e></item></publish></pubsub>";
         let (ours, theirs) = both(xml);
         assert_eq!(ours, theirs);
         // The sender's prefix is still there: xso's rebuild would name its own.
