@@ -225,10 +225,10 @@ async fn serve<S: Store>(config: Arc<Config>, store: S, metrics: Arc<Metrics>, c
 /// the shared runtime. On the shared runtime a request moved between two workers at each step
 /// (read, handled, committed, answered); on one worker the component spent 15-20% less CPU
 /// per publish and published 8-10% faster through either server, pulls and pushes as fast
-/// (BENCHMARKS.md, "A request typed once, and the XMPP link on a runtime of its own"). A runtime of the current-thread
-/// kind was slower through Prosody: it runs a spawned request only once the link's task
-/// yields, so a burst of requests reached the store only after the whole burst was read.
-/// The receiver resolves when the link ends, or fails if it panicked.
+/// (BENCHMARKS.md, "A request typed once, and the XMPP link on a runtime of its own"). A
+/// runtime of the current-thread kind was slower through Prosody: it runs a spawned request
+/// only once the link's task yields, so a burst of requests reached the store only after the
+/// whole burst was read. The receiver resolves when the link ends, or fails if it panicked.
 fn spawn_link(link: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<tokio::sync::oneshot::Receiver<()>> {
     let (done, ended) = tokio::sync::oneshot::channel();
     let rt = tokio::runtime::Builder::new_multi_thread()

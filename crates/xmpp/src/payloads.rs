@@ -38,5 +38,12 @@ pub use publish_item::{Publish, PublishItem, PublishRequest, publish_result};
 pub use pubsub_errors::{PubSubErrorCondition, stanza_error};
 pub use shim::{Header, Headers, SyncHeaders};
 
+/// Whether `el` holds no text but whitespace between its children: what xso (and the
+/// types xmpp-parsers derives with it) accepts around child elements. The typings that keep
+/// elements as read (`component::typed`, [`PublishRequest::from_tree`]) take only those.
+pub(crate) fn blank_between_children(el: &minidom::Element) -> bool {
+    el.texts().all(|t| t.chars().all(|c| c.is_ascii_whitespace()))
+}
+
 /// XEP-0131 Stanza Headers and Internet Metadata.
 pub const SHIM: &str = "http://jabber.org/protocol/shim";

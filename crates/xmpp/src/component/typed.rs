@@ -41,9 +41,7 @@ fn request(mut el: Element) -> Result<Iq, Element> {
     let (Some(id), Ok(from), Ok(to)) = (el.attr("id").map(str::to_owned), jid("from"), jid("to")) else {
         return Err(el);
     };
-    // Between children, xmpp-parsers takes whitespace and refuses other text.
-    let texts_ok = el.nodes().all(|n| n.as_text().is_none_or(|t| t.chars().all(|c| c.is_ascii_whitespace())));
-    if !texts_ok || el.children().next().is_none() {
+    if !crate::payloads::blank_between_children(&el) || el.children().next().is_none() {
         return Err(el);
     }
     let Some(payload) = el.take_nodes().into_iter().find_map(Node::into_element) else {

@@ -52,13 +52,8 @@ impl PublishRequest {
 
     /// The usual shape, or the element back.
     fn usual(mut elem: Element) -> Result<PublishRequest, Element> {
-        let blank = |t: &str| t.chars().all(|c| c.is_ascii_whitespace());
-        let only = |e: &Element, name: &str| {
-            e.nodes().all(|n| match n {
-                Node::Element(c) => c.is(name, ns::PUBSUB),
-                Node::Text(t) => blank(t),
-            })
-        };
+        let only =
+            |e: &Element, name: &str| super::blank_between_children(e) && e.children().all(|c| c.is(name, ns::PUBSUB));
         let usual = elem.is("pubsub", ns::PUBSUB)
             && only(&elem, "publish")
             && elem.children().count() == 1
